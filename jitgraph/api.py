@@ -1,0 +1,247 @@
+"""Public front-end API: eager `value_and_grad`, `grad`, and `make_graph`."""
+import functools
+import numbers
+
+import numpy as np
+
+from . import numpy_api as jnp
+from .ad import backward
+from .core import EagerBox, EagerTrace, GraphTrace, Tensor, unbox
+from .errors import GradError, JitgraphError
+from .graph import Graph
+from .tree import tree_flatten, tree_unflatten
+
+
+def _norm_argnums(argnums, nargs, fname):
+    single = isinstance(argnums, (int, np.integer))
+    nums = (int(argnums),) if single else tuple(int(a) for a in argnums)
+    for a in nums:
+        if not -nargs <= a < nargs:
+            raise GradError(f"argnums={argnums!r} but {fname} was called with {nargs} positional arguments")
+    return single, tuple(a % nargs for a in nums)
+
+
+def _fname(fun):
+    return getattr(fun, "__qualname__", getattr(fun, "__name__", repr(fun)))
+
+
+def _leaf_value(leaf, where_):
+    """(value, weak) for an argument leaf: arrays keep their dtype; Python scalars are weak."""
+    if isinstance(leaf, Tensor):
+        return leaf, leaf.weak
+    if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+        return np.asarray(leaf), True
+    if isinstance(leaf, (np.ndarray, np.generic, numbers.Number)):
+        arr = np.asarray(leaf)
+        if arr.dtype.kind not in "biuf":
+            raise JitgraphError(f"{where_} has unsupported dtype {arr.dtype}")
+        return arr, False
+    raise JitgraphError(
+        f"{where_} is a {type(leaf).__name__}; arguments must be NumPy arrays, Python scalars, "
+        "or tuples/lists/dicts of them")
+
+
+def _check_diff_leaf(value, where_):
+    if value.dtype.kind != "f":
+        raise GradError(
+            f"{where_} has dtype {np.dtype(value.dtype).name} but is listed in argnums: only floating "
+            "arguments can be differentiated (pass integer arrays, e.g. indices, as non-differentiated "
+            "arguments)")
+
+
+def _check_loss(out, fname):
+    shape = tuple(jnp.shape_of(out)) if not isinstance(out, (int, float)) else ()
+    dtype = out.dtype if isinstance(out, Tensor) else np.asarray(out).dtype
+    if shape != () or dtype.kind != "f":
+        raise GradError(
+            f"{fname} must return a floating scalar (shape ()) to be differentiated, but it returned "
+            f"shape {shape} and dtype {np.dtype(dtype).name}; reduce it (e.g. np.sum) or use has_aux=True "
+            "to return extra outputs")
+
+
+def _split_aux(out, has_aux, fname):
+    if not has_aux:
+        return out, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise GradError(f"{fname} has has_aux=True, so it must return a pair (value, aux)")
+    return out[0], out[1]
+
+
+def _to_numpy(v):
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return v[()]
+    return v
+
+
+def value_and_grad(fun, argnums=0, has_aux=False):
+    """Eager (define-by-run) value and reverse-mode gradient of `fun`.
+
+    `fun` runs on real values while its NumPy operations are recorded on a
+    tape, so any Python control flow works, including on data. One reverse
+    sweep over the tape then yields all requested gradients.
+
+    Args:
+        fun: a function of NumPy arrays, Python scalars and pytrees of them,
+            returning a floating scalar (or `(scalar, aux)` with `has_aux`).
+        argnums: int or tuple of ints, the positional arguments to
+            differentiate. Each may be a pytree of floating arrays.
+        has_aux: `fun` returns `(value, aux)`; aux is returned undifferentiated.
+
+    Returns:
+        A function returning `(value, grads)`, or `((value, aux), grads)` with
+        `has_aux`. `grads` has the structure of the differentiated argument for
+        an int `argnums`, and is a tuple of such for a tuple `argnums`.
+    """
+    fname = _fname(fun)
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        single, nums = _norm_argnums(argnums, len(args), fname)
+        trace = EagerTrace()
+        args = list(args)
+        wrt, trees = [], []
+        for a in nums:
+            leaves, td = tree_flatten(args[a])
+            boxed = []
+            for k, leaf in enumerate(leaves):
+                value, weak = _leaf_value(leaf, f"argument {a} of {fname}")
+                _check_diff_leaf(value, f"argument {a} of {fname}" + (f" (leaf {k})" if len(leaves) > 1 else ""))
+                box = trace.new_input(value, weak)
+                wrt.append(box.node)
+                boxed.append(box)
+            trees.append(td)
+            args[a] = tree_unflatten(td, boxed)
+        out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
+        _check_loss(out, fname)
+        if isinstance(out, EagerBox) and out._trace is trace:
+            seed = jnp.ones_like(out.value)
+            flat = backward(trace.nodes, out.node, wrt, lambda n: trace.values[n.id], seed)
+            value = out.value
+        else:
+            flat = [jnp.zeros_like(trace.values[n.id]) for n in wrt]
+            value = out
+        grads, k = [], 0
+        for td in trees:
+            grads.append(tree_unflatten(td, [_to_numpy(g) for g in flat[k:k + td.num_leaves]]))
+            k += td.num_leaves
+        grads = grads[0] if single else tuple(grads)
+        value = _to_numpy(unbox(value, trace))
+        if has_aux:
+            aux_leaves, aux_td = tree_flatten(aux)
+            aux = tree_unflatten(aux_td, [_to_numpy(unbox(v, trace)) for v in aux_leaves])
+            return (value, aux), grads
+        return value, grads
+
+    return wrapped
+
+
+def grad(fun, argnums=0, has_aux=False):
+    """Eager gradient of `fun` (the second element of `value_and_grad`)."""
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        (value_aux, grads) = vg(*args, **kwargs)
+        return (grads, value_aux[1]) if has_aux else grads
+
+    return wrapped
+
+
+def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
+    """Trace `fun` on abstract versions of `args` into a `Graph`.
+
+    With `grad=False` the outputs are the leaves of `fun`'s result. With
+    `grad=True` this is the joint forward+backward graph: its outputs are the
+    value, then the gradient leaves (then aux leaves with `has_aux`), and
+    `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
+    """
+    fname = _fname(fun)
+    trace = GraphTrace()
+    leaves, in_tree = tree_flatten(tuple(args))
+    single, nums = _norm_argnums(argnums, len(args), fname) if grad else (True, ())
+    arg_of_leaf = []
+    for a, arg in enumerate(args):
+        arg_of_leaf += [a] * len(tree_flatten(arg)[0])
+    tracers, inputs = [], []
+    for k, leaf in enumerate(leaves):
+        value, weak = _leaf_value(leaf, f"argument {arg_of_leaf[k]} of {fname}")
+        if arg_of_leaf[k] in nums:
+            _check_diff_leaf(value, f"argument {arg_of_leaf[k]} of {fname}")
+        t = trace.new_input(k, value.shape, value.dtype, weak)
+        tracers.append(t)
+        inputs.append(t.node)
+    targs = tree_unflatten(in_tree, tracers)
+    out = fun(*targs, **(kwargs or {}))
+    meta = {"in_tree": in_tree, "argnums": nums, "has_aux": has_aux, "grad": grad, "name": fname}
+    if not grad:
+        out_leaves, out_tree = tree_flatten(out)
+        meta["out_tree"] = out_tree
+        return Graph(inputs, [_as_node(trace, v) for v in out_leaves], meta=meta)
+
+    value, aux = _split_aux(out, has_aux, fname)
+    _check_loss(value, fname)
+    value_node = _as_node(trace, value)
+    n_forward = len(trace.nodes)
+    wrt, grad_trees = [], []
+    for a in nums:
+        idx = [k for k in range(len(leaves)) if arg_of_leaf[k] == a]
+        wrt += [inputs[k] for k in idx]
+        grad_trees.append(tree_flatten(args[a])[1])
+    seed = trace.const(np.ones((), dtype=value_node.dtype))
+    flat = backward(trace.nodes[:n_forward], value_node, wrt, trace.tracer, trace.tracer(seed))
+    grad_nodes = [_as_node(trace, g) for g in flat]
+    adjoint_ids = {n.id for n in trace.nodes[n_forward:]}
+    aux_leaves, aux_tree = tree_flatten(aux) if has_aux else ([], None)
+    outputs = [value_node] + grad_nodes + [_as_node(trace, v) for v in aux_leaves]
+    grads_def = grad_trees[0] if single else _tuple_def(grad_trees)
+    value_def = _tuple_def([_leaf_def(), aux_tree]) if has_aux else _leaf_def()
+    meta["out_tree"] = _tuple_def([value_def, grads_def])
+    # the flat output order is value, grads, aux; out_tree's leaf order is value, aux, grads
+    meta["out_order"] = ([0] + list(range(1 + len(grad_nodes), len(outputs)))
+                         + list(range(1, 1 + len(grad_nodes)))) if has_aux else list(range(len(outputs)))
+    return Graph(inputs, outputs, adjoint_ids=adjoint_ids, meta=meta)
+
+
+def _leaf_def():
+    return tree_flatten(0)[1]
+
+
+def _tuple_def(children):
+    from .tree import TreeDef
+    return TreeDef("tuple", None, children)
+
+
+def _as_node(trace, v):
+    if isinstance(v, Tensor) and v._trace is trace:
+        return v.node
+    if isinstance(v, Tensor):
+        raise JitgraphError("an output of the traced function belongs to another trace")
+    return trace.const(np.asarray(v))
+
+
+def unflatten_outputs(graph, flat):
+    """Rebuild the traced function's output structure from the graph's flat outputs."""
+    order = graph.meta.get("out_order")
+    if order is not None:
+        flat = [flat[i] for i in order]
+    return tree_unflatten(graph.meta["out_tree"], [_to_numpy(v) for v in flat])
+
+
+def make_graph(fun, argnums=0, grad=False, has_aux=False):
+    """Returns a function that traces `fun` for its arguments' shapes and dtypes into a `Graph`.
+
+    `print(make_graph(f, grad=True)(*args))` shows the joint forward+backward IR.
+    """
+
+    @functools.wraps(fun)
+    def make(*args, **kwargs):
+        return trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+
+    return make
+
+
+def eval_graph(graph, *args):
+    """Run `graph` with the reference interpreter on pytree arguments; returns fun's structure."""
+    from .interpreter import evaluate
+    leaves, _ = tree_flatten(tuple(args))
+    return unflatten_outputs(graph, evaluate(graph, *leaves))

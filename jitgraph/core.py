@@ -1,0 +1,348 @@
+"""Tensors that record, and `bind`: the one entry point for applying a primitive.
+
+Two kinds of recording values share the `Tensor` base class (which gives them
+NumPy's protocols and the operator dunders):
+
+* `Tracer`: a symbolic value of a `GraphTrace`. Applying an op appends a node
+  to the graph under construction; nothing is computed.
+* `EagerBox`: a concrete value (a NumPy array, or a Tracer when eager mode runs
+  inside a trace) recorded on an `EagerTrace` tape (define-by-run).
+
+`bind(op, *args, **params)` finds the innermost trace among its arguments
+(the one with the highest level) and lets it process the op; with no recording
+arguments it simply runs the NumPy implementation. Derivative rules call the
+same functions, so one rule serves NumPy values, eager tapes and graphs alike.
+"""
+import itertools
+
+import numpy as np
+
+from .errors import JitgraphError, TracingError, where
+from .graph import Node
+from .prims import PRIMS
+
+_levels = itertools.count(1)
+
+
+class Trace:
+    def __init__(self):
+        self.level = next(_levels)
+
+
+def bind(op, *args, **params):
+    """Apply primitive `op` to `args` (arrays or Tensors of matching shape/dtype)."""
+    top = None
+    for a in args:
+        if isinstance(a, Tensor) and (top is None or a._trace.level > top.level):
+            top = a._trace
+    if top is None:
+        return PRIMS[op].impl(*args, **params)
+    return top.process(op, args, params)
+
+
+class GraphTrace(Trace):
+    """Builds a graph. Nodes are hash-consed: an identical (op, inputs, params) is reused."""
+
+    def __init__(self):
+        super().__init__()
+        self.nodes = []
+        self._cse = {}
+
+    def new_input(self, index, shape, dtype, weak=False):
+        node = Node("input", (), {"index": index}, shape, dtype)
+        self.nodes.append(node)
+        return Tracer(self, node, weak)
+
+    def const(self, value):
+        value = np.asarray(value)
+        key = None
+        if value.ndim == 0:
+            key = ("const", value.dtype.str, value.tobytes())
+            hit = self._cse.get(key)
+            if hit is not None:
+                return hit
+        node = Node("const", (), {}, value.shape, value.dtype, value=value)
+        self.nodes.append(node)
+        if key is not None:
+            self._cse[key] = node
+        return node
+
+    def lift(self, x):
+        """A raw value as a constant of this graph."""
+        return Tracer(self, self.const(x), _is_python_scalar(x))
+
+    def to_node(self, x):
+        if isinstance(x, Tensor):
+            if x._trace is self:
+                return x.node
+            raise TracingError(
+                f"a value recorded by another, enclosing trace (level {x._trace.level}) was used "
+                f"inside a nested trace (level {self.level}); pass it as an argument instead{where()}")
+        return self.const(x)
+
+    def process(self, op, args, params):
+        nodes = _canonical(op, [self.to_node(a) for a in args])
+        same = _peephole(op, nodes, params)
+        if same is not None:
+            return Tracer(self, same)
+        key = (op, tuple(n.id for n in nodes), tuple(sorted(params.items())))
+        try:
+            hit = self._cse.get(key)
+        except TypeError:  # unhashable params: no CSE
+            key, hit = None, None
+        if hit is None:
+            shape, dtype = PRIMS[op].abstract(*[(n.shape, n.dtype) for n in nodes], **params)
+            hit = Node(op, nodes, params, shape, dtype)
+            self.nodes.append(hit)
+            if key is not None:
+                self._cse[key] = hit
+        return Tracer(self, hit)
+
+    def tracer(self, node):
+        return Tracer(self, node)
+
+
+class EagerTrace(Trace):
+    """A define-by-run tape: every op computes its value now and is recorded as a Node."""
+
+    def __init__(self):
+        super().__init__()
+        self.nodes = []
+        self.values = {}
+
+    def new_input(self, value, weak=False):
+        node = Node("input", (), {"index": len(self.nodes)}, np.shape(value), _dtype_of(value))
+        self.nodes.append(node)
+        self.values[node.id] = value
+        return EagerBox(self, node, value, weak)
+
+    def lift(self, x):
+        return x
+
+    def process(self, op, args, params):
+        nodes, vals = [], []
+        for a in args:
+            if isinstance(a, EagerBox) and a._trace is self:
+                nodes.append(a.node)
+                vals.append(a.value)
+            else:
+                node = Node("const", (), {}, np.shape(a), _dtype_of(a), value=a)
+                self.values[node.id] = a
+                nodes.append(node)
+                vals.append(a)
+        value = bind(op, *vals, **params)
+        if not isinstance(value, Tensor):
+            value = np.asarray(value)
+        node = Node(op, nodes, params, np.shape(value), _dtype_of(value))
+        self.nodes.append(node)
+        self.values[node.id] = value
+        return EagerBox(self, node, value)
+
+
+def _is_python_scalar(x):
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def _scalar_const(node):
+    """The value of a scalar constant (possibly broadcast), else None."""
+    while node.op == "broadcast":
+        node = node.inputs[0]
+    if node.op == "const" and node.value.ndim == 0:
+        return node.value.item()
+    return None
+
+
+def _peephole(op, nodes, params):
+    """An existing node equal to op(nodes), for algebraic identities; None otherwise.
+
+    Only identities that are exact in floating point (x*1, x-0, reshape to the
+    same shape); x+0 is not one of them (-0.0 + 0.0 is +0.0).
+    """
+    if op == "mul":
+        for a, b in (nodes, nodes[::-1]):
+            if _scalar_const(b) == 1 and b.shape == a.shape:
+                return a
+    elif op == "sub":
+        a, b = nodes
+        if _scalar_const(b) == 0 and b.shape == a.shape:
+            return a
+    elif op == "reshape":
+        x = nodes[0]
+        if tuple(params["shape"]) == x.shape:
+            return x
+        if x.op == "reshape" and x.inputs[0].shape == tuple(params["shape"]):
+            return x.inputs[0]
+    return None
+
+
+def _canonical(op, nodes):
+    """Inputs rewritten so chains collapse: reshape(reshape(x)) reads x directly."""
+    if op == "reshape" and nodes[0].op == "reshape":
+        return [nodes[0].inputs[0]]
+    if op == "broadcast" and nodes[0].op == "broadcast":
+        return [nodes[0].inputs[0]]
+    return nodes
+
+
+def _dtype_of(x):
+    return x.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
+
+
+class Tensor:
+    """Base of recording values: NumPy protocols, operators and array methods.
+
+    `weak` marks values that came from Python scalars: like NumPy's Python
+    scalars (NEP 50) they do not widen the dtype of arrays they meet.
+    """
+
+    __array_priority__ = 1000
+    __slots__ = ("_trace", "node", "weak")
+
+    @property
+    def shape(self):
+        return self.node.shape
+
+    @property
+    def dtype(self):
+        return self.node.dtype
+
+    @property
+    def ndim(self):
+        return len(self.node.shape)
+
+    @property
+    def size(self):
+        return self.node.size
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    # NumPy protocols (NEP 13 / NEP 18)
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import numpy_api
+        return numpy_api.apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from . import numpy_api
+        return numpy_api.apply_function(func, args, kwargs)
+
+
+def _install_methods():
+    from . import numpy_api as api
+
+    binary = {
+        "add": api.add, "sub": api.subtract, "mul": api.multiply, "truediv": api.divide,
+        "pow": api.power, "matmul": api.matmul, "lt": api.less, "le": api.less_equal,
+        "gt": api.greater, "ge": api.greater_equal, "eq": api.equal, "ne": api.not_equal,
+        "and": api.logical_and, "or": api.logical_or,
+    }
+    for name, fn in binary.items():
+        setattr(Tensor, f"__{name}__", lambda self, other, fn=fn: fn(self, other))
+        if name not in ("lt", "le", "gt", "ge", "eq", "ne"):
+            setattr(Tensor, f"__r{name}__", lambda self, other, fn=fn: fn(other, self))
+    Tensor.__hash__ = object.__hash__
+    Tensor.__neg__ = lambda self: api.negative(self)
+    Tensor.__pos__ = lambda self: self
+    Tensor.__abs__ = lambda self: api.absolute(self)
+    Tensor.__invert__ = lambda self: api.logical_not(self)
+    Tensor.__getitem__ = lambda self, key: api.getitem(self, key)
+    Tensor.T = property(lambda self: api.transpose(self))
+    Tensor.mT = property(lambda self: api.swapaxes(self, -1, -2))
+    for name in ("sum", "mean", "max", "min", "prod", "var", "std", "transpose", "squeeze",
+                 "dot", "ravel", "flatten", "swapaxes", "clip", "astype", "take"):
+        setattr(Tensor, name, getattr(api, f"method_{name}", getattr(api, name, None)))
+    Tensor.reshape = lambda self, *shape, **kw: api.reshape(
+        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape, **kw)
+
+
+class Tracer(Tensor):
+    """A symbolic value in a graph under construction."""
+
+    __slots__ = ()
+
+    def __init__(self, trace, node, weak=False):
+        self._trace, self.node, self.weak = trace, node, weak
+
+    def _concrete(self, what):
+        raise TracingError(
+            f"{what} of a traced value{where()}: the value depends on the function's inputs, "
+            "so it is not known while the function is traced into a static graph. Use "
+            "np.where for elementwise choices, jg.cond for branches, or the eager "
+            "jg.value_and_grad, which follows Python control flow.")
+
+    def __bool__(self):
+        self._concrete("bool()")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __index__(self):
+        self._concrete("using as an index/int")
+
+    def __complex__(self):
+        self._concrete("complex()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("conversion to a NumPy array")
+
+    def item(self):
+        self._concrete(".item()")
+
+    def tolist(self):
+        self._concrete(".tolist()")
+
+    def __repr__(self):
+        from .graph import type_str
+        return f"Tracer<{type_str(self.shape, self.dtype)}>"
+
+
+class EagerBox(Tensor):
+    """A concrete value on an eager tape. Python control flow on it works."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, trace, node, value, weak=False):
+        self._trace, self.node, self.value, self.weak = trace, node, value, weak
+
+    def __bool__(self):
+        return bool(self.value)
+
+    def __float__(self):
+        return float(self.value)
+
+    def __int__(self):
+        return int(self.value)
+
+    def __index__(self):
+        return int(self.value)
+
+    def __array__(self, dtype=None, copy=None):
+        raise JitgraphError(
+            f"converting a recorded value to a NumPy array would cut it out of the gradient "
+            f"tape{where()}; use jitgraph/NumPy operations on it, or .item() for a Python scalar")
+
+    def item(self):
+        return self.value.item() if hasattr(self.value, "item") else self.value
+
+    def tolist(self):
+        return np.asarray(self.value).tolist()
+
+    def __repr__(self):
+        return f"EagerBox({self.value!r})"
+
+
+def unbox(x, trace):
+    """The value under `trace`'s boxes (leaves other values alone)."""
+    if isinstance(x, EagerBox) and x._trace is trace:
+        return x.value
+    return x

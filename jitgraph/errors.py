@@ -1,0 +1,53 @@
+"""Exceptions raised by jitgraph, and the helper that points them at user code."""
+import os
+import sys
+
+_PKG_DIRS = tuple(
+    os.path.dirname(os.path.abspath(__file__)) if name == "jitgraph"
+    else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name)
+    for name in ("jitgraph", "codegen")
+)
+_NUMPY_DIR = os.path.dirname(os.path.abspath(__import__("numpy").__file__))
+
+
+class JitgraphError(Exception):
+    """Base class of every error jitgraph raises on purpose."""
+
+
+class TracingError(JitgraphError):
+    """A traced value was used where a concrete Python value is required."""
+
+
+class NotSupportedError(JitgraphError, NotImplementedError):
+    """A NumPy function, ufunc or argument form jitgraph does not implement."""
+
+
+class ShapeError(JitgraphError, ValueError):
+    """Shapes that do not fit together (broadcasting, matmul, reshape, ...)."""
+
+
+class GradError(JitgraphError, TypeError):
+    """A request for a gradient that cannot be honoured (non-scalar output, integer input, ...)."""
+
+
+def user_frame():
+    """(filename, lineno, source line) of the innermost frame outside jitgraph and NumPy, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        fname = os.path.abspath(frame.f_code.co_filename)
+        if not fname.startswith(_PKG_DIRS) and not fname.startswith(_NUMPY_DIR) \
+                and not fname.startswith("<__array_function__"):
+            import linecache
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            return frame.f_code.co_filename, frame.f_lineno, line
+        frame = frame.f_back
+    return None
+
+
+def where():
+    """A ' (at FILE:LINE: source)' suffix naming the user's line, or ''."""
+    loc = user_frame()
+    if loc is None:
+        return ""
+    fname, lineno, line = loc
+    return f" (at {fname}:{lineno}: {line})" if line else f" (at {fname}:{lineno})"
