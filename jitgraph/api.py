@@ -68,8 +68,15 @@ def _split_aux(out, has_aux, fname):
 
 
 def _to_numpy(v):
-    if isinstance(v, np.ndarray) and v.ndim == 0:
+    """A result as the caller should see it: 0-d as a NumPy scalar, arrays owned and writable."""
+    if isinstance(v, Tensor):
+        return v
+    if not isinstance(v, np.ndarray):
+        return np.asarray(v)[()]
+    if v.ndim == 0:
         return v[()]
+    if v.base is not None or not v.flags.writeable:
+        return v.copy()
     return v
 
 
@@ -100,7 +107,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         trace = EagerTrace()
         args = list(args)
         wrt, trees = [], []
-        for a in nums:
+        for a in dict.fromkeys(nums):     # each argument once, even if argnums repeats it
             leaves, td = tree_flatten(args[a])
             boxed = []
             for k, leaf in enumerate(leaves):
@@ -120,11 +127,11 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         else:
             flat = [jnp.zeros_like(trace.values[n.id]) for n in wrt]
             value = out
-        grads, k = [], 0
-        for td in trees:
-            grads.append(tree_unflatten(td, [_to_numpy(g) for g in flat[k:k + td.num_leaves]]))
+        by_arg, k = {}, 0
+        for a, td in zip(dict.fromkeys(nums), trees):
+            by_arg[a] = tree_unflatten(td, [_to_numpy(g) for g in flat[k:k + td.num_leaves]])
             k += td.num_leaves
-        grads = grads[0] if single else tuple(grads)
+        grads = by_arg[nums[0]] if single else tuple(by_arg[a] for a in nums)
         value = _to_numpy(unbox(value, trace))
         if has_aux:
             aux_leaves, aux_td = tree_flatten(aux)

@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 
-from .errors import JitgraphError, TracingError, where
+from .errors import JitgraphError, NotSupportedError, TracingError, where
 from .graph import Node
 from .prims import PRIMS
 
@@ -85,6 +85,10 @@ class GraphTrace(Trace):
         same = _peephole(op, nodes, params)
         if same is not None:
             return Tracer(self, same)
+        if nodes and all(n.op == "const" and n.value.ndim == 0 for n in nodes) \
+                and PRIMS[op].kind == "elementwise":
+            # constant folding of scalar arithmetic (e.g. 1 / batch_size in a mean's gradient)
+            return Tracer(self, self.const(PRIMS[op].impl(*[n.value for n in nodes], **params)))
         key = (op, tuple(n.id for n in nodes), tuple(sorted(params.items())))
         try:
             hit = self._cse.get(key)
@@ -164,7 +168,8 @@ def _peephole(op, nodes, params):
                 return a
     elif op == "sub":
         a, b = nodes
-        if _scalar_const(b) == 0 and b.shape == a.shape:
+        z = _scalar_const(b)
+        if z == 0 and not np.signbit(z) and b.shape == a.shape:   # x - (+0.0) is x; x - (-0.0) is not
             return a
     elif op == "reshape":
         x = nodes[0]
@@ -248,6 +253,16 @@ def _install_methods():
         if name not in ("lt", "le", "gt", "ge", "eq", "ne"):
             setattr(Tensor, f"__r{name}__", lambda self, other, fn=fn: fn(other, self))
     Tensor.__hash__ = object.__hash__
+
+    def _unsupported(name):
+        def f(self, *a):
+            raise NotSupportedError(f"the {name} operator is not supported on traced values{where()}")
+        return f
+
+    for name, sym in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod"), ("lshift", "<<"),
+                      ("rshift", ">>"), ("xor", "^")):
+        setattr(Tensor, f"__{name}__", _unsupported(sym))
+        setattr(Tensor, f"__r{name}__", _unsupported(sym))
     Tensor.__neg__ = lambda self: api.negative(self)
     Tensor.__pos__ = lambda self: self
     Tensor.__abs__ = lambda self: api.absolute(self)

@@ -18,4 +18,11 @@ def evaluate(graph, *flat_args):
             env[node.id] = node.value
             continue
         env[node.id] = np.asarray(PRIMS[node.op].impl(*[env[i.id] for i in node.inputs], **node.p))
-    return [env[n.id] for n in graph.outputs]
+    # outputs own their memory: never a view of an input or a read-only broadcast
+    outs = []
+    for n in graph.outputs:
+        v = env[n.id]
+        if n.op == "input" or v.base is not None or not v.flags.writeable:
+            v = v.copy()
+        outs.append(v)
+    return outs

@@ -646,7 +646,8 @@ def getitem(x, key):
     if Ellipsis in [k for k in key if not _is_int_array(k) and not isinstance(k, Tensor)]:
         i = [j for j, k in enumerate(key) if k is Ellipsis][0]
         key = key[:i] + (slice(None),) * (len(shape) - n_real) + key[i + 1:]
-    key = key + (slice(None),) * (len(shape) - n_real)
+    else:
+        key = key + (slice(None),) * (len(shape) - n_real)
 
     starts, stops, steps = [], [], []
     out_dims = []          # description of result dims: ('dim', d) / ('new',) / ('arr',)

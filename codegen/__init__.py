@@ -1,0 +1,42 @@
+"""The back end: fusion of a graph into loop groups, CPU source emission, building.
+
+`compile_graph(graph)` returns a `Program`: the partition, the generated source
+and the Numba entry function. Nothing here imports jitgraph's public API; the
+front end calls in.
+"""
+from .build import cache_dir, cache_enabled, load_kernel
+from .emit_cpu import Emitter
+from .fusion import Group, OpStep, Partition
+
+
+class Program:
+    """A compiled graph: `kernel(dims, *inputs, *consts)` returns the graph's outputs."""
+
+    def __init__(self, graph, partition, source, kernel, module, path, sizes, consts):
+        self.graph = graph
+        self.partition = partition
+        self.source = source
+        self.kernel = kernel
+        self.module = module
+        self.path = path
+        self.sizes = sizes        # values of n0, n1, ... in `dims`
+        self.consts = consts      # constant arrays passed after the inputs
+
+
+def generate(graph, parallel=True, fastmath=("reassoc", "contract")):
+    """(partition, source, emitter) for `graph` without compiling anything."""
+    part = Partition(graph)
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, cache=cache_enabled())
+    source = em.emit()
+    return part, source, em
+
+
+def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract")):
+    part, source, em = generate(graph, parallel, fastmath)
+    kernel, module, path = load_kernel(source)
+    consts = [n.value for n in em.const_args]
+    return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
+
+
+__all__ = ["compile_graph", "generate", "Program", "Partition", "Group", "OpStep", "cache_dir",
+           "cache_enabled", "load_kernel"]

@@ -1,0 +1,580 @@
+"""Emit one Python/Numba source module for a partitioned graph (CPU target).
+
+Layout of a generated module:
+
+* one `@njit` function per loop group, `group_N(lo, hi, ch, ...)`, that runs
+  the group's loop nest for outer indices [lo, hi) and accumulates its sinks
+  into slot `ch` of their partial buffers;
+* one `@njit(parallel=True)` entry function, `kernel(dims, *arrays)`, that runs
+  the steps in order: library ops (BLAS matmul, slicing, gathers) inline, and
+  each group either serially or over a fixed number of chunks with `prange`.
+  The chunk count depends only on sizes, never on the thread count, so results
+  are identical for any number of threads.
+
+Every computed line is one SSA assignment with a comment naming the graph node.
+All sizes come from `dims` at run time (one symbol per distinct size > 1), so a
+new batch size reuses the same source, and therefore the same compiled code,
+whenever the graph's structure is unchanged. Zero-dimensional values are stored
+as 1-element arrays.
+"""
+import numpy as np
+
+from .fusion import Group, REDUCE_OPS
+
+# reductions: identity, update statement, and how chunk partials combine
+def reduce_init(op, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return {"reduce_sum": "0.0", "reduce_prod": "1.0", "reduce_max": "-np.inf",
+                "reduce_min": "np.inf"}[op]
+    if dtype == bool:
+        return {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "False", "reduce_min": "True"}[op]
+    info = np.iinfo(dtype)
+    return {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": str(info.min),
+            "reduce_min": str(info.max)}[op]
+
+
+REDUCE_UPDATE = {
+    "reduce_sum": "{acc} += {v}",
+    "reduce_prod": "{acc} *= {v}",
+    "reduce_max": "{acc} = _max({acc}, {v})",
+    "reduce_min": "{acc} = _min({acc}, {v})",
+}
+REDUCE_COMBINE = {"reduce_sum": "{a} + {b}", "reduce_prod": "{a} * {b}",
+                  "reduce_max": "_max({a}, {b})", "reduce_min": "_min({a}, {b})"}
+ARRAY_COMBINE = {"reduce_sum": "{a} += {b}", "reduce_prod": "{a} *= {b}",
+                 "reduce_max": "{a}[:] = np.maximum({a}, {b})",
+                 "reduce_min": "{a}[:] = np.minimum({a}, {b})"}
+
+# elementwise ops: one scalar expression each (op-to-template table)
+TEMPLATES = {
+    "neg": "-{0}", "abs": "abs({0})", "sqrt": "np.sqrt({0})",
+    "exp": "_exp({0})", "expm1": "_expm1({0})", "tanh": "_tanh({0})",
+    "log": "np.log({0})", "log1p": "np.log1p({0})",
+    "sin": "np.sin({0})", "cos": "np.cos({0})", "tan": "np.tan({0})",
+    "sinh": "np.sinh({0})", "cosh": "np.cosh({0})", "arctan": "np.arctan({0})",
+    "stop_gradient": "{0}",
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "pow": "{0} ** {1}", "max": "_max({0}, {1})", "min": "_min({0}, {1})",
+    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
+    "eq": "{0} == {1}", "ne": "{0} != {1}",
+    "and": "{0} & {1}", "or": "{0} | {1}", "not": "not {0}",
+    "where": "{1} if {0} else {2}",
+}
+# ops whose template returns float64 whatever the input: cast back for float32 graphs
+F64_RESULT = {"exp", "expm1", "tanh"}
+
+GRAIN = 32768      # elements per chunk below which a group runs serially
+MAX_CHUNKS = 16
+
+
+def np_dtype(dtype):
+    return f"np.{np.dtype(dtype).name}"
+
+
+def literal(value, dtype):
+    dtype = np.dtype(dtype)
+    v = np.asarray(value).item()
+    if dtype == bool:
+        return "True" if v else "False"
+    if dtype.kind in "iu":
+        return str(int(v))
+    if np.isnan(v):
+        s = "np.nan"
+    elif np.isinf(v):
+        s = "np.inf" if v > 0 else "-np.inf"
+    else:
+        s = repr(float(v))
+    return s if dtype == np.float64 else f"{np_dtype(dtype)}({s})"
+
+
+def _elementwise_expr(node, args):
+    op = node.op
+    if op == "integer_pow":
+        p = node.p["p"]
+        x = args[0]
+        body = " * ".join([x] * abs(p)) if abs(p) <= 4 else f"{x} ** {abs(p)}"
+        return body if p > 0 else f"1.0 / ({body})"
+    if op == "cast":
+        return f"{np_dtype(node.dtype)}({args[0]})" if node.dtype != bool else f"{args[0]} != 0"
+    if op == "sign":
+        x = args[0]
+        return f"{np_dtype(node.dtype)}(({x} > 0) - ({x} < 0)) if {x} == {x} else {x}"
+    expr = TEMPLATES[op].format(*args)
+    if op in F64_RESULT and node.dtype != np.float64:
+        expr = f"{np_dtype(node.dtype)}({expr})"
+    return expr
+
+
+class Sizes:
+    """Symbols for sizes: each distinct size > 1, named in order of first appearance."""
+
+    def __init__(self, graph):
+        self.sym = {}
+        for node in graph.nodes:
+            for d in node.shape:
+                if d > 1 and d not in self.sym:
+                    self.sym[d] = f"n{len(self.sym)}"
+        self.values = list(self.sym)
+
+    def __call__(self, d):
+        return self.sym.get(d, str(d))
+
+    def shape(self, shape):
+        shape = tuple(shape) or (1,)
+        inner = ", ".join(self(d) for d in shape)
+        return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+    def product(self, shape):
+        parts = [self(d) for d in shape if d != 1]
+        return " * ".join(parts) if parts else "1"
+
+
+class Emitter:
+    def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract"), cache=True):
+        self.graph = graph
+        self.part = partition
+        self.parallel = parallel
+        self.fastmath = tuple(fastmath)
+        self.cache = cache
+        self.names = graph.names()
+        self.sizes = Sizes(graph)
+        self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
+        self.functions = []       # source blocks of group functions
+        self.body = []            # lines of the entry function
+        self.line_nodes = {}      # (function name, line index) -> node id, filled by render()
+
+    # ---- names -------------------------------------------------------------------------------
+    def var(self, node):
+        return "v" + self.names[node.id]
+
+    def is_scalar_const(self, node):
+        return node.op == "const" and node.value.ndim == 0
+
+    def comment(self, node):
+        return "# " + self.graph.node_line(node, self.names)
+
+    # ---- entry function ----------------------------------------------------------------------
+    def emit(self):
+        for step in self.part.steps:
+            if isinstance(step, Group):
+                self.emit_group(step)
+            else:
+                self.emit_op(step.node)
+        outs = []
+        seen = set()
+        for n in self.graph.outputs:
+            v = self.var(n) if not self.is_scalar_const(n) else None
+            if v is None:
+                v = f"np.full(1, {literal(n.value, n.dtype)}, {np_dtype(n.dtype)})"
+            elif n.op in ("input", "const") or v in seen:
+                v = f"{v}.copy()"
+            seen.add(v)
+            outs.append(v)
+        self.body.append(f"return ({', '.join(outs)},)")
+        return self.render()
+
+    def render(self):
+        fm = "{" + ", ".join(repr(f) for f in self.fastmath) + "}" if self.fastmath else "False"
+        head = [
+            f"# Generated by jitgraph from graph {self.graph.meta.get('name', '?')!r}. Do not edit:",
+            "# this file is named after the hash of its content and rewritten never.",
+            "import numpy as np",
+            "from numba import njit, prange",
+            "from codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
+            "from codegen.mathlib import maximum as _max, minimum as _min",
+            "",
+            f"_OPTS = dict(cache={self.cache}, error_model='numpy', fastmath={fm}, boundscheck=False)",
+            "",
+        ]
+        src = list(head)
+        for block in self.functions:
+            src += ["", "@njit(**_OPTS)"] + block + [""]
+        args = ["dims"] + [self.var(n) for n in self.graph.inputs] + [self.var(n) for n in self.const_args]
+        src += ["", f"@njit(parallel={self.parallel}, **_OPTS)", f"def kernel({', '.join(args)}):"]
+        for k, d in enumerate(self.sizes.values):
+            src.append(f"    {self.sizes(d)} = dims[{k}]")
+        src += ["    " + line for line in self.body]
+        return "\n".join(src) + "\n"
+
+    # ---- library ops (one per step) -------------------------------------------------------------
+    def emit_op(self, node):
+        v = self.var(node)
+        x = [self.var(i) for i in node.inputs]
+        S = self.sizes
+        op, p = node.op, node.p
+        out = self.body
+        out.append(self.comment(node))
+        if op == "matmul":
+            if node.ndim == 2:
+                out.append(f"{v} = np.dot({x[0]}, {x[1]})")
+            else:
+                a, b = node.inputs
+                nb = S.product(node.shape[:-2])
+                m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+                out += [
+                    f"{v}_a = {x[0]}.reshape(({nb}, {S(m)}, {S(k)}))",
+                    f"{v}_b = {x[1]}.reshape(({nb}, {S(k)}, {S(n)}))",
+                    f"{v}_o = np.empty(({nb}, {S(m)}, {S(n)}), {np_dtype(node.dtype)})",
+                    f"for bi in range({nb}):",
+                    f"    {v}_o[bi] = np.dot({v}_a[bi], {v}_b[bi])",
+                    f"{v} = {v}_o.reshape({S.shape(node.shape)})",
+                ]
+        elif op == "transpose":
+            users = [u for u in self.graph.nodes if node in u.inputs]
+            if p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
+                    and node.id not in {o.id for o in self.graph.outputs}:
+                out.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
+            else:
+                out.append(f"{v} = np.ascontiguousarray({x[0]}.transpose({tuple(p['perm'])}))")
+        elif op == "reshape":
+            out.append(f"{v} = {x[0]}.reshape({S.shape(node.shape)})")
+        elif op == "broadcast":
+            out.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {S.shape(node.shape)}))")
+        elif op == "slice":
+            out.append(f"{v} = np.ascontiguousarray({x[0]}[{self._slices(p)}])")
+        elif op == "pad_slice":
+            out += [f"{v} = np.zeros({S.shape(node.shape)}, {np_dtype(node.dtype)})",
+                    f"{v}[{self._slices(p)}] = {x[0]}"]
+        elif op == "concatenate":
+            out.append(f"{v} = np.concatenate(({', '.join(x)},), axis={p['axis']})")
+        elif op in ("gather", "scatter_add"):
+            self._emit_gather(node, v, x)
+        else:
+            raise NotImplementedError(f"codegen: no CPU lowering for op {op!r}")
+
+    def _slices(self, p):
+        parts = []
+        for a, b, c in zip(p["starts"], p["stops"], p["steps"]):
+            stop = "" if b < 0 else str(b)
+            parts.append(f"{a}:{stop}:{c}")
+        return ", ".join(parts)
+
+    def _emit_gather(self, node, v, x):
+        S = self.sizes
+        axis = node.p["axis"]
+        src = node.inputs[0]
+        idx = node.inputs[1]
+        if node.op == "gather":
+            big_shape, small_shape = src.shape, node.shape
+        else:
+            big_shape, small_shape = node.shape, src.shape
+        pre = S.product(big_shape[:axis])
+        post = S.product(big_shape[axis + 1:])
+        n = S(big_shape[axis])
+        m = S.product(idx.shape)
+        dt = np_dtype(node.dtype)
+        out = self.body
+        out += [f"{v}_i = {x[1]}.reshape({m})",
+                f"for j in range({m}):",
+                f"    if {v}_i[j] < -{n} or {v}_i[j] >= {n}:",
+                f"        raise IndexError('index out of bounds in {node.op}')"]
+        if node.op == "gather":
+            out += [f"{v}_x = {x[0]}.reshape(({pre}, {n}, {post}))",
+                    f"{v}_o = np.empty(({pre}, {m}, {post}), {dt})"]
+        else:
+            out += [f"{v}_x = {x[0]}.reshape(({pre}, {m}, {post}))",
+                    f"{v}_o = np.zeros(({pre}, {n}, {post}), {dt})"]
+        out += [f"for p in range({pre}):",
+                f"    for j in range({m}):",
+                f"        ij = {v}_i[j] + {n} if {v}_i[j] < 0 else {v}_i[j]",
+                f"        for q in range({post}):"]
+        if node.op == "gather":
+            out.append(f"            {v}_o[p, j, q] = {v}_x[p, ij, q]")
+        else:
+            out.append(f"            {v}_o[p, ij, q] += {v}_x[p, j, q]")
+        out.append(f"{v} = {v}_o.reshape({S.shape(node.shape)})")
+        del small_shape
+
+    # ---- loop groups -----------------------------------------------------------------------
+    def emit_group(self, g):
+        GroupEmitter(self, g).emit()
+
+
+class GroupEmitter:
+    """Emits one loop group: its function, and the entry-side allocation, launch and combine.
+
+    Inside group_N, a member's scalar value is the local `v<name>`; a stored
+    member is written to the array parameter `v<name>_w`; reads of values
+    stored by earlier steps index their arrays `v<name>` directly.
+    """
+
+    def __init__(self, em, g):
+        self.em, self.g = em, g
+        self.S = em.sizes
+        self.mat = em.part.materialized
+        self.members = g.members
+        self.reads = {}           # external node id -> node (arrays passed in)
+        self.writes = {}          # member id -> node (stored outputs)
+        self.partials = {}        # sink id -> node (reduced over the chunked axis: per-chunk slots)
+        self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
+        self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
+        self.flat = self._flat_ok()
+
+    # ---- structure -----------------------------------------------------------------------------
+    def _flat_ok(self):
+        """A group with no inner axes whose reads are all full-shape or size 1 runs as one 1-D loop."""
+        g = self.g
+        if g.k != g.rank or g.rank <= 1:
+            return False
+        for n in g.nodes:
+            for x in n.inputs:
+                if x.id not in self.members:
+                    x = self.em.part.resolve(x)
+                    if not self.em.is_scalar_const(x) and tuple(x.shape) != g.shape and x.size != 1:
+                        return False
+            if g.members[n.id] == "sink" and n.size != 1:
+                return False
+        return True
+
+    def _lvl(self, x):
+        """Level of x in this group: its member level, or the level its shape reads at."""
+        return self.members[x.id] if x.id in self.members else self.g.level_of_shape(x.shape)
+
+    def _is_scalar_read(self, x):
+        return x.size == 1 and tuple(x.shape) != self.g.shape
+
+    def read(self, x, target_shape):
+        """Expression reading value x, stored by an earlier step, at the current point."""
+        em = self.em
+        x = em.part.resolve(x)
+        if em.is_scalar_const(x):
+            return literal(x.value, x.dtype)
+        self.reads[x.id] = x
+        if self._is_scalar_read(x):
+            return f"{em.var(x)}_s"
+        if self.flat:
+            return f"{em.var(x)}[i]"
+        off = len(target_shape) - x.ndim
+        ix = ["0" if x.shape[d] == 1 else f"i{off + d}" for d in range(x.ndim)]
+        return f"{em.var(x)}[{', '.join(ix)}]"
+
+    def value(self, x, target_shape):
+        return self.em.var(x) if x.id in self.members else self.read(x, target_shape)
+
+    def node_line(self, n):
+        """The SSA line computing member n."""
+        v = self.em.var(n)
+        if n.op in ("broadcast", "reshape"):
+            return f"{v} = {self.value(n.inputs[0], n.shape)}"
+        args = [self.value(x, n.shape) for x in n.inputs]
+        return f"{v} = {_elementwise_expr(n, args)}"
+
+    def point_index(self, shape, skip=()):
+        """Index of an array of `shape` (prefix-aligned with the domain) at the current point."""
+        if self.flat:
+            return "i"
+        ix = ["0" if shape[d] == 1 else f"i{d}" for d in range(len(shape)) if d not in skip]
+        return ", ".join(ix) if ix else "0"
+
+    # ---- emission ---------------------------------------------------------------------------------
+    def emit(self):
+        g = self.g
+        if g.rank == 0:
+            return self.emit_scalar_group()
+        for s in g.nodes:
+            if self.members[s.id] != "sink":
+                continue
+            if s.size == 1:
+                self.scalar_accs[s.id] = s
+            elif 0 in s.p["axes"] and g.shape[0] != 1:
+                self.partials[s.id] = s
+            else:
+                self.direct_sinks[s.id] = s
+        ind = "    "
+        if self.flat:
+            body = ["for i in range(lo, hi):"]
+            body += self._flat_body(ind)
+        else:
+            body = ["for i0 in range(lo, hi):"]
+            depth = ind
+            for d in range(1, g.k):
+                body.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
+                depth += ind
+            body += self._flat_body(depth) if g.k == g.rank else self._row_body(depth)
+        self._finish(body)
+
+    def _store(self, n, ind, lines):
+        if n.id in self.mat:
+            self.writes[n.id] = n
+            lines.append(ind + f"{self.em.var(n)}_w[{self.point_index(n.shape)}] = {self.em.var(n)}")
+
+    def _emit_members(self, nodes, ind, lines):
+        for n in nodes:
+            lines.append(ind + self.node_line(n) + "  " + self.em.comment(n))
+            self._store(n, ind, lines)
+
+    def _sink_update(self, s, ind):
+        em = self.em
+        x = s.inputs[0]
+        v = self.value(x, x.shape)
+        acc = em.var(s)
+        if s.id in self.scalar_accs:
+            target = f"{acc}_acc"
+        elif s.id in self.partials:
+            target = f"{acc}_part[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
+        else:
+            target = f"{acc}[{self.point_index(x.shape, skip=s.p['axes'])}]"
+        return ind + REDUCE_UPDATE[s.op].format(acc=target, v=v) + "  " + em.comment(s)
+
+    def _flat_body(self, ind):
+        """No inner axes: every member and sink once per point."""
+        lines = []
+        self._emit_members([n for n in self.g.nodes if self.members[n.id] != "sink"], ind, lines)
+        for s in self.g.nodes:
+            if self.members[s.id] == "sink":
+                lines.append(self._sink_update(s, ind))
+        return lines
+
+    def _ready(self):
+        """Pass after which each member's value is available (row reductions add one)."""
+        ready = {}
+        for n in self.g.nodes:
+            r = max([ready[x.id] for x in n.inputs if x.id in ready] + [0])
+            if n.op in REDUCE_OPS and self.members[n.id] == 1:
+                r += 1
+            ready[n.id] = r
+        return ready
+
+    def _needed(self, roots):
+        """Per-point members needed to compute `roots` (recomputed in every pass that needs them)."""
+        need, stack = set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.id in need or self.members.get(n.id) != 2:
+                continue
+            need.add(n.id)
+            stack += [x for x in n.inputs if self.members.get(x.id) == 2]
+        return [n for n in self.g.nodes if n.id in need]
+
+    def _row_body(self, ind):
+        """Row group: per-row values between passes over the inner axes."""
+        g, em, m = self.g, self.em, self.members
+        ready = self._ready()
+        nodes = g.nodes
+        lines = []
+        last = max(ready.values())
+        for p in range(last + 1):
+            # per-row values that become available at p (after the previous pass)
+            for n in nodes:
+                if m[n.id] == 1 and ready[n.id] == p and n.op not in REDUCE_OPS:
+                    self._emit_members([n], ind, lines)
+            for s in nodes:
+                if m[s.id] == "sink" and self._lvl(s.inputs[0]) == 1 and ready.get(s.inputs[0].id, 0) == p:
+                    lines.append(self._sink_update(s, ind))
+            # pass p over the inner axes: row reductions, stores and sinks of per-point values
+            reds = [n for n in nodes if m[n.id] == 1 and n.op in REDUCE_OPS and ready[n.id] == p + 1]
+            stores = [n for n in nodes if m[n.id] == 2 and n.id in self.mat and ready[n.id] == p]
+            sinks = [s for s in nodes if m[s.id] == "sink" and self._lvl(s.inputs[0]) == 2
+                     and ready.get(s.inputs[0].id, 0) == p]
+            if not (reds or stores or sinks):
+                continue
+            lines.append(ind + f"# pass {p} over the row")
+            for r in reds:
+                lines.append(ind + f"{em.var(r)} = {reduce_init(r.op, r.dtype)}")
+            depth = ind
+            for d in range(g.k, g.rank):
+                lines.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
+                depth += "    "
+            roots = [r.inputs[0] for r in reds] + stores + [s.inputs[0] for s in sinks]
+            for n in self._needed(roots):
+                lines.append(depth + self.node_line(n) + "  " + em.comment(n))
+                if n in stores:
+                    self._store(n, depth, lines)
+            for r in reds:
+                x = r.inputs[0]
+                lines.append(depth + REDUCE_UPDATE[r.op].format(acc=em.var(r), v=self.value(x, x.shape))
+                             + "  " + em.comment(r))
+            for s in sinks:
+                lines.append(self._sink_update(s, depth))
+            for r in reds:
+                self._store(r, ind, lines)
+        return lines
+
+    def _finish(self, body):
+        """Wrap the loop body into group_N(...) and emit the entry-side launch."""
+        import re
+        g, em, S = self.g, self.em, self.S
+        name = f"group_{g.seq}"
+        total = S.product(g.shape)
+        extent = total if self.flat else S(g.shape[0])
+        accs = list(self.scalar_accs.values())
+        pre = [f"{em.var(x)}_s = {em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]"
+               for x in self.reads.values() if self._is_scalar_read(x)]
+        pre += [f"{em.var(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+        post = [f"{em.var(s)}_part[ch] = {em.var(s)}_acc" for s in accs]
+        text = "\n".join(body)
+        sizes = [S(d) for d in S.values if re.search(rf"\b{S(d)}\b", text)]
+        flat_view = f".reshape({total})" if self.flat else ""
+        params, call = [], []
+        for x in self.reads.values():
+            params.append(em.var(x))
+            full = tuple(x.shape) == g.shape
+            call.append(em.var(x) + (flat_view if full else ""))
+        for n in self.writes.values():
+            params.append(f"{em.var(n)}_w")
+            call.append(em.var(n) + (flat_view if tuple(n.shape) == g.shape else ""))
+        for s in self.direct_sinks.values():
+            params.append(em.var(s))
+            call.append(em.var(s))
+        for s in list(self.partials.values()) + accs:
+            params.append(f"{em.var(s)}_part")
+            call.append(f"{em.var(s)}_part")
+        kind = "flattened" if self.flat else f"outer axes {tuple(range(g.k))}, inner {tuple(range(g.k, g.rank))}"
+        block = [f"def {name}({', '.join(['lo', 'hi', 'ch'] + sizes + params)}):",
+                 f'    """Fused loop over {tuple(g.shape)} ({kind}); this chunk covers [lo, hi)."""']
+        block += ["    " + ln for ln in pre + body + post]
+        em.functions.append(block)
+
+        out = em.body
+        out.append(f"# group {g.seq}: fused loop over {tuple(g.shape)}, {len(g.nodes)} nodes")
+        for n in self.writes.values():
+            out.append(f"{em.var(n)} = np.empty({S.shape(n.shape)}, {np_dtype(n.dtype)})")
+        for s in self.direct_sinks.values():
+            out.append(f"{em.var(s)} = np.full({S.shape(s.shape)}, {reduce_init(s.op, s.dtype)}, "
+                       f"{np_dtype(s.dtype)})")
+        nch = f"nch{g.seq}"
+        out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+        for s in accs:
+            out.append(f"{em.var(s)}_part = np.empty({nch}, {np_dtype(s.dtype)})")
+        for s in self.partials.values():
+            shp = f"({nch}, " + ", ".join(S(d) for d in s.shape) + ")"
+            out.append(f"{em.var(s)}_part = np.full({shp}, {reduce_init(s.op, s.dtype)}, {np_dtype(s.dtype)})")
+        args = ", ".join(sizes + call)
+        out += [f"if {nch} == 1:",
+                f"    {name}(0, {extent}, 0, {args})",
+                "else:",
+                f"    for ch in prange({nch}):",
+                f"        {name}(ch * {extent} // {nch}, (ch + 1) * {extent} // {nch}, ch, {args})"]
+        for s in accs:
+            v = em.var(s)
+            comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
+            out += [f"{v}_t = {v}_part[0]", f"for c in range(1, {nch}):", f"    {v}_t = {comb}",
+                    f"{v} = np.full({S.shape(s.shape)}, {v}_t, {np_dtype(s.dtype)})"]
+        for s in self.partials.values():
+            v = em.var(s)
+            comb = ARRAY_COMBINE[s.op].format(a=v, b=f"{v}_part[c]")
+            out += [f"{v} = {v}_part[0].copy()", f"for c in range(1, {nch}):", f"    {comb}"]
+
+    def emit_scalar_group(self):
+        """A group over shape (): straight-line code in the entry function."""
+        g, em = self.g, self.em
+        out = em.body
+        out.append(f"# group {g.seq}: scalar ops")
+
+        def val(x):
+            if x.id in self.members:
+                return f"{em.var(x)}_t"
+            if em.is_scalar_const(x):
+                return literal(x.value, x.dtype)
+            return f"{em.var(x)}[0]"
+
+        for n in g.nodes:
+            v = em.var(n)
+            if n.op in REDUCE_OPS or n.op in ("broadcast", "reshape"):
+                expr = val(n.inputs[0])
+            else:
+                expr = _elementwise_expr(n, [val(x) for x in n.inputs])
+            out.append(f"{v}_t = {expr}  {em.comment(n)}")
+            if n.id in self.mat:
+                out.append(f"{v} = np.full(1, {v}_t, {np_dtype(n.dtype)})")

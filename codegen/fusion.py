@@ -1,0 +1,290 @@
+"""Partition a graph into steps: fused loop groups and single library ops.
+
+A `Group` is one loop nest over a domain shape S, split at `k` into outer axes
+S[:k] (the first is chunked across threads) and inner axes S[k:]. Its members
+have a level:
+
+* level 2: a value per point of S (elementwise ops, broadcasts into S);
+* level 1: a value per outer index (shape S[:k], or S[:k] followed by ones),
+  from reductions over exactly the inner axes and elementwise ops on those;
+  these are what make row-wise softmax, logsumexp and layer norm one row loop
+  with a few passes over each row, not one pass per op;
+* sink: a reduction whose result leaves the group (accumulated across the
+  loop, e.g. the loss, or a bias gradient summed over rows).
+
+When k == len(S) there are no inner axes and levels 1 and 2 coincide (a flat
+elementwise loop). The forward and backward parts of an elementwise region land
+in the same group, so intermediates needed only elementwise are never stored.
+
+A broadcast of a stored value (an input, a constant, or the output of an
+earlier step) is *virtual*: it belongs to no step, and every loop that reads it
+indexes the stored value directly (broadcast dimensions read index 0), so a
+bias or a scalar is never expanded in memory.
+
+Everything else (matmul, transpose, slicing, gather, scatter, concatenate,
+reshape of a stored value) is an `OpStep`. A node may join a group only if every
+value it reads from outside the group is produced by an earlier step, so the
+steps run in list order.
+"""
+from jitgraph.prims import PRIMS
+
+FUSIBLE_KINDS = ("elementwise",)
+SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
+REDUCE_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+
+
+class Group:
+    def __init__(self, seq, shape, k):
+        self.seq = seq
+        self.shape = tuple(shape)
+        self.k = k
+        self.members = {}     # node id -> level: 1, 2 or "sink"
+        self.nodes = []       # members in topological order
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    def is_level1_shape(self, t):
+        k = self.k
+        return len(t) >= k and tuple(t[:k]) == self.shape[:k] and all(d == 1 for d in t[k:]) \
+            and len(t) <= self.rank
+
+    def level_of_shape(self, t):
+        if tuple(t) == self.shape:
+            return 2 if self.k < self.rank else 1
+        if self.k < self.rank and self.is_level1_shape(t):
+            return 1
+        return None
+
+    def add(self, node, level):
+        self.members[node.id] = level
+        self.nodes.append(node)
+
+    def __repr__(self):
+        return f"<Group #{self.seq} shape={self.shape} k={self.k} n={len(self.nodes)}>"
+
+
+class OpStep:
+    def __init__(self, seq, node):
+        self.seq = seq
+        self.node = node
+        self.nodes = [node]
+
+    def __repr__(self):
+        return f"<OpStep #{self.seq} {self.node.op}>"
+
+
+def _inner_axes(g):
+    return tuple(range(g.k, g.rank))
+
+
+class Partition:
+    """The steps of a graph, in execution order, and which values they must store."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.steps = []
+        self.step_of = {}           # node id -> step
+        self.virtual = set()        # ids of broadcasts read in place by their consumers
+        for node in graph.nodes:
+            if node.op in ("input", "const"):
+                continue
+            step = self._place(node)
+            if step is not None:
+                self.step_of[node.id] = step
+        for out in graph.outputs:
+            if out.id in self.virtual:
+                self._materialize_virtual(out)
+        self.materialized = self._materialized()
+
+    def resolve(self, node):
+        """The stored value a (chain of) virtual broadcast(s) reads."""
+        while node.id in self.virtual:
+            node = node.inputs[0]
+        return node
+
+    def _materialize_virtual(self, node):
+        """A virtual broadcast needed as an array (by a library op or as an output)."""
+        self.virtual.discard(node.id)
+        step = OpStep(len(self.steps), node)
+        self.steps.append(step)
+        self.step_of[node.id] = step
+
+    # ---- placement -----------------------------------------------------------------------
+    def _avail(self, node, group):
+        """Can `group` read node's stored value? (produced before the group starts)"""
+        node = self.resolve(node)
+        if node.op in ("input", "const"):
+            return True
+        step = self.step_of[node.id]
+        return step is not group and step.seq < group.seq
+
+    def _role(self, group, node):
+        """The level `node` would have in `group`, or None if it cannot join."""
+        op = node.op
+        ins = node.inputs
+        mem = group.members
+        if op == "broadcast":
+            lvl = group.level_of_shape(node.shape)
+            x = ins[0]
+            if lvl is None:
+                return None
+            if x.id in mem:
+                # a per-row value broadcast across the row
+                if lvl == 2 and mem[x.id] == 1 and group.level_of_shape(x.shape) == 1:
+                    return 2
+                return None
+            return lvl if self._avail(x, group) else None
+        if op == "reshape":
+            x = ins[0]
+            if group.k < group.rank and x.id in mem and mem[x.id] == 1 \
+                    and group.level_of_shape(node.shape) == 1:
+                return 1
+            return None
+        if op in REDUCE_OPS:
+            x = ins[0]
+            axes = tuple(node.p["axes"])
+            if x.id in mem:
+                lx = mem[x.id]
+                if lx == "sink":
+                    return None
+            elif self._avail(x, group) and group.level_of_shape(x.shape) is not None:
+                lx = group.level_of_shape(x.shape)
+            else:
+                return None
+            if lx == 2 and axes == _inner_axes(group) and axes:
+                return 1
+            if lx == 1 and group.k < group.rank and tuple(x.shape) != group.shape:
+                # reduce per-row values over outer axes (and their unit trailing axes)
+                if all(a < group.k or x.shape[a] == 1 for a in axes):
+                    return "sink"
+                return None
+            return "sink"
+        if PRIMS[op].kind in FUSIBLE_KINDS:
+            lvl = group.level_of_shape(node.shape)
+            if lvl is None:
+                return None
+            for x in ins:
+                if x.id in mem:
+                    if mem[x.id] != lvl:
+                        return None
+                elif not self._avail(x, group):
+                    return None
+            return lvl
+        return None
+
+    def _try_row_split(self, group, node):
+        """A flat group meeting a reduction over its trailing axes becomes a row group."""
+        if node.op not in REDUCE_OPS or group.k != group.rank:
+            return None
+        x = node.inputs[0]
+        axes = tuple(node.p["axes"])
+        if tuple(x.shape) != group.shape or not axes or axes[0] == 0 \
+                or axes != tuple(range(axes[0], group.rank)):
+            return None
+        if not (x.id in group.members or self._avail(x, group)):
+            return None
+        if x.id in group.members and group.members[x.id] == "sink":
+            return None
+        group.k = axes[0]
+        for n in group.nodes:   # flat members were level 1 == 2; now they are per-point values
+            if group.members[n.id] == 1:
+                group.members[n.id] = 2
+        return 1
+
+    def _new_group(self, node):
+        if node.op in REDUCE_OPS:
+            x = node.inputs[0]
+            axes = tuple(node.p["axes"])
+            shape = x.shape
+            k = axes[0] if axes and axes == tuple(range(axes[0], len(shape))) and axes[0] > 0 \
+                else len(shape)
+        else:
+            shape, k = node.shape, len(node.shape)
+        g = Group(len(self.steps), shape, k)
+        self.steps.append(g)
+        role = self._role(g, node)
+        if role is None:
+            raise AssertionError(f"cannot start a group with {node!r}")
+        g.add(node, role)
+        return g
+
+    def _place(self, node):
+        kind = PRIMS[node.op].kind
+        fusible = kind in FUSIBLE_KINDS or node.op in REDUCE_OPS or node.op in ("broadcast", "reshape")
+        if fusible:
+            # candidate groups: those holding an input, newest first
+            cands = []
+            for x in node.inputs:
+                s = self.step_of.get(x.id)
+                if isinstance(s, Group) and s not in cands:
+                    cands.append(s)
+            if not cands and node.op != "broadcast":
+                # all inputs are stored values: share the loop of a recent group with this domain
+                cands = [s for s in self.steps[-SIBLING_WINDOW:] if isinstance(s, Group)]
+            cands.sort(key=lambda s: -s.seq)
+            for g in cands:
+                role = None
+                if node.op in REDUCE_OPS and g.k == g.rank:
+                    role = self._try_row_split(g, node)
+                if role is None:
+                    role = self._role(g, node)
+                if role is not None:
+                    g.add(node, role)
+                    return g
+            if node.op == "broadcast":
+                x = node.inputs[0]
+                if x.op in ("input", "const") or x.id in self.virtual \
+                        or not isinstance(self.step_of.get(x.id), Group) \
+                        or self._role(self.step_of[x.id], node) is None:
+                    self.virtual.add(node.id)
+                    return None
+            if node.op != "reshape":
+                return self._new_group(node)
+        for x in node.inputs:
+            if x.id in self.virtual:
+                self._materialize_virtual(x)
+        step = OpStep(len(self.steps), node)
+        self.steps.append(step)
+        return step
+
+    # ---- storage ---------------------------------------------------------------------------
+    def _materialized(self):
+        """Ids of nodes whose value must be stored in an array."""
+        out = {n.id for n in self.graph.outputs}
+        for node in self.graph.nodes:
+            if node.op in ("input", "const") or node.id in self.virtual:
+                continue
+            s = self.step_of[node.id]
+            for x in node.inputs:
+                x = self.resolve(x)
+                if x.op in ("input", "const"):
+                    continue
+                if self.step_of[x.id] is not s:
+                    out.add(x.id)
+        for s in self.steps:
+            if isinstance(s, Group):
+                for n in s.nodes:
+                    if s.members[n.id] == "sink":
+                        out.add(n.id)
+        return out
+
+    def groups(self):
+        return [s for s in self.steps if isinstance(s, Group)]
+
+    def describe(self):
+        """One line per step (for JITGRAPH_DEBUG=2 and tests)."""
+        names = self.graph.names()
+        lines = []
+        if self.virtual:
+            lines.append("virtual broadcasts: " + " ".join(
+                names[n.id] for n in self.graph.nodes if n.id in self.virtual))
+        for s in self.steps:
+            if isinstance(s, Group):
+                lv = " ".join(f"{names[n.id]}{'' if s.members[n.id] == 2 else '@' + str(s.members[n.id])}"
+                              for n in s.nodes)
+                lines.append(f"group {s.seq}: loop over {s.shape} (outer {s.shape[:s.k]}): {lv}")
+            else:
+                lines.append(f"step {s.seq}: {s.node.op} -> {names[s.node.id]}")
+        return "\n".join(lines)
