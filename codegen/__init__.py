@@ -23,7 +23,7 @@ class Program:
         self.consts = consts      # constant arrays passed after the inputs
 
 
-def generate(graph, parallel=True, fastmath=("reassoc", "contract")):
+def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     """(partition, source, emitter) for `graph` without compiling anything."""
     part = Partition(graph)
     em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, cache=cache_enabled())
@@ -31,7 +31,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract")):
     return part, source, em
 
 
-def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract")):
+def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     part, source, em = generate(graph, parallel, fastmath)
     kernel, module, path = load_kernel(source)
     consts = [n.value for n in em.const_args]

@@ -2,14 +2,19 @@
 
 Layout of a generated module:
 
-* one `@njit` function per loop group, `group_N(lo, hi, ch, ...)`, that runs
-  the group's loop nest for outer indices [lo, hi) and accumulates its sinks
-  into slot `ch` of their partial buffers;
-* one `@njit(parallel=True)` entry function, `kernel(dims, *arrays)`, that runs
-  the steps in order: library ops (BLAS matmul, slicing, gathers) inline, and
-  each group either serially or over a fixed number of chunks with `prange`.
+* one `@njit` entry function, `kernel(dims, *arrays)`, that runs the steps in
+  order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
+  `codegen/runtime.py`) and each loop group inline. A group's outer loop is
+  split into a fixed number of chunks, each accumulating its reductions into
+  its own slot of a partial buffer; with `prange` the chunks run on all cores.
   The chunk count depends only on sizes, never on the thread count, so results
   are identical for any number of threads.
+
+The one place the source depends on sizes beyond their equality pattern: a
+group whose loop (at trace time) has fewer than PARALLEL_MIN points runs
+serially, without `prange`. Parallel loops cost ~5 us to launch and ~0.2 s to
+compile each, which only pays for large loops; a later call with large arrays
+retraces (the cache key has the size class) and gets the parallel source.
 
 Every computed line is one SSA assignment with a comment naming the graph node.
 All sizes come from `dims` at run time (one symbol per distinct size > 1), so a
@@ -64,8 +69,10 @@ TEMPLATES = {
 # ops whose template returns float64 whatever the input: cast back for float32 graphs
 F64_RESULT = {"exp", "expm1", "tanh"}
 
-GRAIN = 32768      # elements per chunk below which a group runs serially
+GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
+PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
+OUTLINE_LINES = 40         # parallel bodies longer than this become their own function
 
 
 def np_dtype(dtype):
@@ -131,7 +138,8 @@ class Sizes:
 
 
 class Emitter:
-    def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract"), cache=True):
+    def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
+                 cache=True):
         self.graph = graph
         self.part = partition
         self.parallel = parallel
@@ -140,13 +148,18 @@ class Emitter:
         self.names = graph.names()
         self.sizes = Sizes(graph)
         self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
-        self.functions = []       # source blocks of group functions
         self.body = []            # lines of the entry function
-        self.line_nodes = {}      # (function name, line index) -> node id, filled by render()
+        self.uses_prange = False
+        self.functions = []       # outlined loop bodies of large parallel groups
 
     # ---- names -------------------------------------------------------------------------------
     def var(self, node):
+        """The array holding node's stored value."""
         return "v" + self.names[node.id]
+
+    def scalar(self, node):
+        """The local scalar holding node's value at the current loop point."""
+        return "x" + self.names[node.id]
 
     def is_scalar_const(self, node):
         return node.op == "const" and node.value.ndim == 0
@@ -183,15 +196,21 @@ class Emitter:
             "from numba import njit, prange",
             "from codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
             "from codegen.mathlib import maximum as _max, minimum as _min",
+            "from codegen import runtime as _rt",
             "",
             f"_OPTS = dict(cache={self.cache}, error_model='numpy', fastmath={fm}, boundscheck=False)",
+            "_PARALLEL = dict(prange=True, numpy=False, reduction=False, setitem=False, stencil=False,",
+            "                 fusion=False, comprehension=False, inplace_binop=False)",
             "",
         ]
         src = list(head)
         for block in self.functions:
             src += ["", "@njit(**_OPTS)"] + block + [""]
         args = ["dims"] + [self.var(n) for n in self.graph.inputs] + [self.var(n) for n in self.const_args]
-        src += ["", f"@njit(parallel={self.parallel}, **_OPTS)", f"def kernel({', '.join(args)}):"]
+        # only explicit prange loops run in parallel: Numba's automatic conversion of array
+        # expressions into parallel loops would compile a kernel per allocation for nothing
+        par = "_PARALLEL" if self.uses_prange else "False"
+        src += ["", f"@njit(parallel={par}, **_OPTS)", f"def kernel({', '.join(args)}):"]
         for k, d in enumerate(self.sizes.values):
             src.append(f"    {self.sizes(d)} = dims[{k}]")
         src += ["    " + line for line in self.body]
@@ -207,19 +226,15 @@ class Emitter:
         out.append(self.comment(node))
         if op == "matmul":
             if node.ndim == 2:
-                out.append(f"{v} = np.dot({x[0]}, {x[1]})")
+                out.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]})")
             else:
                 a, b = node.inputs
                 nb = S.product(node.shape[:-2])
                 m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-                out += [
-                    f"{v}_a = {x[0]}.reshape(({nb}, {S(m)}, {S(k)}))",
-                    f"{v}_b = {x[1]}.reshape(({nb}, {S(k)}, {S(n)}))",
-                    f"{v}_o = np.empty(({nb}, {S(m)}, {S(n)}), {np_dtype(node.dtype)})",
-                    f"for bi in range({nb}):",
-                    f"    {v}_o[bi] = np.dot({v}_a[bi], {v}_b[bi])",
-                    f"{v} = {v}_o.reshape({S.shape(node.shape)})",
-                ]
+                out += [f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
+                        f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
+                        f"np.empty(({nb}, {S(m)}, {S(n)}), {np_dtype(node.dtype)}))"
+                        f".reshape({S.shape(node.shape)})"]
         elif op == "transpose":
             users = [u for u in self.graph.nodes if node in u.inputs]
             if p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
@@ -253,38 +268,17 @@ class Emitter:
     def _emit_gather(self, node, v, x):
         S = self.sizes
         axis = node.p["axis"]
-        src = node.inputs[0]
         idx = node.inputs[1]
-        if node.op == "gather":
-            big_shape, small_shape = src.shape, node.shape
-        else:
-            big_shape, small_shape = node.shape, src.shape
-        pre = S.product(big_shape[:axis])
-        post = S.product(big_shape[axis + 1:])
-        n = S(big_shape[axis])
+        big = node.inputs[0].shape if node.op == "gather" else node.shape
+        pre, post, n = S.product(big[:axis]), S.product(big[axis + 1:]), S(big[axis])
         m = S.product(idx.shape)
         dt = np_dtype(node.dtype)
-        out = self.body
-        out += [f"{v}_i = {x[1]}.reshape({m})",
-                f"for j in range({m}):",
-                f"    if {v}_i[j] < -{n} or {v}_i[j] >= {n}:",
-                f"        raise IndexError('index out of bounds in {node.op}')"]
         if node.op == "gather":
-            out += [f"{v}_x = {x[0]}.reshape(({pre}, {n}, {post}))",
-                    f"{v}_o = np.empty(({pre}, {m}, {post}), {dt})"]
+            src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"np.empty(({pre}, {m}, {post}), {dt})"
         else:
-            out += [f"{v}_x = {x[0]}.reshape(({pre}, {m}, {post}))",
-                    f"{v}_o = np.zeros(({pre}, {n}, {post}), {dt})"]
-        out += [f"for p in range({pre}):",
-                f"    for j in range({m}):",
-                f"        ij = {v}_i[j] + {n} if {v}_i[j] < 0 else {v}_i[j]",
-                f"        for q in range({post}):"]
-        if node.op == "gather":
-            out.append(f"            {v}_o[p, j, q] = {v}_x[p, ij, q]")
-        else:
-            out.append(f"            {v}_o[p, ij, q] += {v}_x[p, j, q]")
-        out.append(f"{v} = {v}_o.reshape({S.shape(node.shape)})")
-        del small_shape
+            src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"np.zeros(({pre}, {n}, {post}), {dt})"
+        self.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
+                         f".reshape({S.shape(node.shape)})")
 
     # ---- loop groups -----------------------------------------------------------------------
     def emit_group(self, g):
@@ -292,11 +286,11 @@ class Emitter:
 
 
 class GroupEmitter:
-    """Emits one loop group: its function, and the entry-side allocation, launch and combine.
+    """Emits one loop group inline in the entry function.
 
-    Inside group_N, a member's scalar value is the local `v<name>`; a stored
-    member is written to the array parameter `v<name>_w`; reads of values
-    stored by earlier steps index their arrays `v<name>` directly.
+    A member's value at the current point is the local scalar `x<name>`; a
+    stored member is written to the array `v<name>`; values stored by earlier
+    steps are read by indexing their arrays `v<name>`.
     """
 
     def __init__(self, em, g):
@@ -304,12 +298,16 @@ class GroupEmitter:
         self.S = em.sizes
         self.mat = em.part.materialized
         self.members = g.members
-        self.reads = {}           # external node id -> node (arrays passed in)
+        self.reads = {}           # external node id -> node (arrays read)
         self.writes = {}          # member id -> node (stored outputs)
         self.partials = {}        # sink id -> node (reduced over the chunked axis: per-chunk slots)
         self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
         self.flat = self._flat_ok()
+        total = 1
+        for d in g.shape:
+            total *= d
+        self.parallel = em.parallel and total >= PARALLEL_MIN
 
     # ---- structure -----------------------------------------------------------------------------
     def _flat_ok(self):
@@ -334,6 +332,9 @@ class GroupEmitter:
     def _is_scalar_read(self, x):
         return x.size == 1 and tuple(x.shape) != self.g.shape
 
+    def flat_name(self, x):
+        return f"{self.em.var(x)}_f" if self.flat and tuple(x.shape) == self.g.shape else self.em.var(x)
+
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
         em = self.em
@@ -342,19 +343,19 @@ class GroupEmitter:
             return literal(x.value, x.dtype)
         self.reads[x.id] = x
         if self._is_scalar_read(x):
-            return f"{em.var(x)}_s"
+            return f"{em.scalar(x)}_s"
         if self.flat:
-            return f"{em.var(x)}[i]"
+            return f"{self.flat_name(x)}[i]"
         off = len(target_shape) - x.ndim
         ix = ["0" if x.shape[d] == 1 else f"i{off + d}" for d in range(x.ndim)]
         return f"{em.var(x)}[{', '.join(ix)}]"
 
     def value(self, x, target_shape):
-        return self.em.var(x) if x.id in self.members else self.read(x, target_shape)
+        return self.em.scalar(x) if x.id in self.members else self.read(x, target_shape)
 
     def node_line(self, n):
         """The SSA line computing member n."""
-        v = self.em.var(n)
+        v = self.em.scalar(n)
         if n.op in ("broadcast", "reshape"):
             return f"{v} = {self.value(n.inputs[0], n.shape)}"
         args = [self.value(x, n.shape) for x in n.inputs]
@@ -397,7 +398,7 @@ class GroupEmitter:
     def _store(self, n, ind, lines):
         if n.id in self.mat:
             self.writes[n.id] = n
-            lines.append(ind + f"{self.em.var(n)}_w[{self.point_index(n.shape)}] = {self.em.var(n)}")
+            lines.append(ind + f"{self.flat_name(n)}[{self.point_index(n.shape)}] = {self.em.scalar(n)}")
 
     def _emit_members(self, nodes, ind, lines):
         for n in nodes:
@@ -408,13 +409,12 @@ class GroupEmitter:
         em = self.em
         x = s.inputs[0]
         v = self.value(x, x.shape)
-        acc = em.var(s)
         if s.id in self.scalar_accs:
-            target = f"{acc}_acc"
+            target = f"{em.scalar(s)}_acc"
         elif s.id in self.partials:
-            target = f"{acc}_part[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
+            target = f"{em.var(s)}_part[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
         else:
-            target = f"{acc}[{self.point_index(x.shape, skip=s.p['axes'])}]"
+            target = f"{em.var(s)}[{self.point_index(x.shape, skip=s.p['axes'])}]"
         return ind + REDUCE_UPDATE[s.op].format(acc=target, v=v) + "  " + em.comment(s)
 
     def _flat_body(self, ind):
@@ -471,7 +471,7 @@ class GroupEmitter:
                 continue
             lines.append(ind + f"# pass {p} over the row")
             for r in reds:
-                lines.append(ind + f"{em.var(r)} = {reduce_init(r.op, r.dtype)}")
+                lines.append(ind + f"{em.scalar(r)} = {reduce_init(r.op, r.dtype)}")
             depth = ind
             for d in range(g.k, g.rank):
                 lines.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
@@ -483,7 +483,7 @@ class GroupEmitter:
                     self._store(n, depth, lines)
             for r in reds:
                 x = r.inputs[0]
-                lines.append(depth + REDUCE_UPDATE[r.op].format(acc=em.var(r), v=self.value(x, x.shape))
+                lines.append(depth + REDUCE_UPDATE[r.op].format(acc=em.scalar(r), v=self.value(x, x.shape))
                              + "  " + em.comment(r))
             for s in sinks:
                 lines.append(self._sink_update(s, depth))
@@ -492,60 +492,61 @@ class GroupEmitter:
         return lines
 
     def _finish(self, body):
-        """Wrap the loop body into group_N(...) and emit the entry-side launch."""
-        import re
+        """Allocate, run the chunks (prange or serial), combine partials."""
         g, em, S = self.g, self.em, self.S
-        name = f"group_{g.seq}"
         total = S.product(g.shape)
         extent = total if self.flat else S(g.shape[0])
         accs = list(self.scalar_accs.values())
-        pre = [f"{em.var(x)}_s = {em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]"
-               for x in self.reads.values() if self._is_scalar_read(x)]
-        pre += [f"{em.var(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
-        post = [f"{em.var(s)}_part[ch] = {em.var(s)}_acc" for s in accs]
-        text = "\n".join(body)
-        sizes = [S(d) for d in S.values if re.search(rf"\b{S(d)}\b", text)]
-        flat_view = f".reshape({total})" if self.flat else ""
-        params, call = [], []
-        for x in self.reads.values():
-            params.append(em.var(x))
-            full = tuple(x.shape) == g.shape
-            call.append(em.var(x) + (flat_view if full else ""))
-        for n in self.writes.values():
-            params.append(f"{em.var(n)}_w")
-            call.append(em.var(n) + (flat_view if tuple(n.shape) == g.shape else ""))
-        for s in self.direct_sinks.values():
-            params.append(em.var(s))
-            call.append(em.var(s))
-        for s in list(self.partials.values()) + accs:
-            params.append(f"{em.var(s)}_part")
-            call.append(f"{em.var(s)}_part")
-        kind = "flattened" if self.flat else f"outer axes {tuple(range(g.k))}, inner {tuple(range(g.k, g.rank))}"
-        block = [f"def {name}({', '.join(['lo', 'hi', 'ch'] + sizes + params)}):",
-                 f'    """Fused loop over {tuple(g.shape)} ({kind}); this chunk covers [lo, hi)."""']
-        block += ["    " + ln for ln in pre + body + post]
-        em.functions.append(block)
-
         out = em.body
-        out.append(f"# group {g.seq}: fused loop over {tuple(g.shape)}, {len(g.nodes)} nodes")
+        mode = "parallel chunks" if self.parallel else "serial"
+        kind = "flattened" if self.flat else f"outer axes {tuple(range(g.k))}"
+        out.append(f"# group {g.seq}: fused loop over {tuple(g.shape)} ({kind}, {mode}), "
+                   f"{len(g.nodes)} nodes")
         for n in self.writes.values():
             out.append(f"{em.var(n)} = np.empty({S.shape(n.shape)}, {np_dtype(n.dtype)})")
         for s in self.direct_sinks.values():
             out.append(f"{em.var(s)} = np.full({S.shape(s.shape)}, {reduce_init(s.op, s.dtype)}, "
                        f"{np_dtype(s.dtype)})")
+        if self.flat:
+            for x in list(self.reads.values()) + list(self.writes.values()):
+                if tuple(x.shape) == g.shape:
+                    out.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
+        for x in self.reads.values():
+            if self._is_scalar_read(x):
+                out.append(f"{em.scalar(x)}_s = {em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
         nch = f"nch{g.seq}"
-        out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+        if self.parallel:
+            out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+            loop = f"for ch in prange({nch}):"
+            em.uses_prange = True
+        else:
+            out.append(f"{nch} = 1")
+            loop = f"for ch in range({nch}):"
         for s in accs:
             out.append(f"{em.var(s)}_part = np.empty({nch}, {np_dtype(s.dtype)})")
         for s in self.partials.values():
             shp = f"({nch}, " + ", ".join(S(d) for d in s.shape) + ")"
             out.append(f"{em.var(s)}_part = np.full({shp}, {reduce_init(s.op, s.dtype)}, {np_dtype(s.dtype)})")
-        args = ", ".join(sizes + call)
-        out += [f"if {nch} == 1:",
-                f"    {name}(0, {extent}, 0, {args})",
-                "else:",
-                f"    for ch in prange({nch}):",
-                f"        {name}(ch * {extent} // {nch}, (ch + 1) * {extent} // {nch}, ch, {args})"]
+        ind = "    "
+        chunk = [f"lo = ch * {extent} // {nch}", f"hi = (ch + 1) * {extent} // {nch}"]
+        chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+        chunk += body
+        chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
+        if self.parallel and len(body) > OUTLINE_LINES:
+            # Numba's parfor passes grow slowly with the size of a prange body: a long body
+            # compiles faster as its own function called from a one-line prange loop
+            import re
+            text = "\n".join(chunk)
+            names = sorted(set(re.findall(r"\b(?:v[a-z]+(?:_f|_part)?|x[a-z]+_s|n\d+)\b", text)))
+            params = ["ch", nch] + [n for n in names if n != nch]
+            fname = f"group_{g.seq}"
+            em.functions.append([f"def {fname}({', '.join(params)}):"] + [ind + ln for ln in chunk])
+            out.append(loop)
+            # prange's index is unsigned: pass it as int64 so the body compiles once, not twice
+            out.append(ind + f"{fname}({', '.join(['np.int64(ch)'] + params[1:])})")
+        else:
+            out.append(loop)
+            out += [ind + ln for ln in chunk]
         for s in accs:
             v = em.var(s)
             comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
@@ -564,17 +565,17 @@ class GroupEmitter:
 
         def val(x):
             if x.id in self.members:
-                return f"{em.var(x)}_t"
+                return em.scalar(x)
+            x = em.part.resolve(x)
             if em.is_scalar_const(x):
                 return literal(x.value, x.dtype)
             return f"{em.var(x)}[0]"
 
         for n in g.nodes:
-            v = em.var(n)
             if n.op in REDUCE_OPS or n.op in ("broadcast", "reshape"):
                 expr = val(n.inputs[0])
             else:
                 expr = _elementwise_expr(n, [val(x) for x in n.inputs])
-            out.append(f"{v}_t = {expr}  {em.comment(n)}")
+            out.append(f"{em.scalar(n)} = {expr}  {em.comment(n)}")
             if n.id in self.mat:
-                out.append(f"{v} = np.full(1, {v}_t, {np_dtype(n.dtype)})")
+                out.append(f"{em.var(n)} = np.full(1, {em.scalar(n)}, {np_dtype(n.dtype)})")

@@ -1,0 +1,57 @@
+"""Library routines that generated kernels call, compiled once per machine (Numba disk cache).
+
+Kept out of the generated modules so that each new kernel links them instead of
+compiling them again: Numba's `np.dot` and the gather/scatter loops cost a good
+fraction of a second each to compile.
+"""
+import numpy as np
+from numba import njit
+
+_OPTS = dict(cache=True, error_model="numpy", boundscheck=False)
+
+
+@njit(**_OPTS)
+def matmul2d(a, b):
+    """a @ b for 2-D arrays (C or F ordered: transposed views go to BLAS without a copy)."""
+    return np.dot(a, b)
+
+
+@njit(**_OPTS)
+def matmul_batched(a, b, out):
+    """out[i] = a[i] @ b[i] for 3-D C-ordered arrays."""
+    for i in range(a.shape[0]):
+        out[i] = np.dot(a[i], b[i])
+    return out
+
+
+@njit(**_OPTS)
+def _check_index(idx, n):
+    for j in range(idx.shape[0]):
+        if idx[j] < -n or idx[j] >= n:
+            raise IndexError("index out of bounds in gather/scatter_add")
+
+
+@njit(**_OPTS)
+def gather(x, idx, out):
+    """out[p, j, q] = x[p, idx[j], q] (negative indices count from the end)."""
+    n = x.shape[1]
+    _check_index(idx, n)
+    for p in range(x.shape[0]):
+        for j in range(idx.shape[0]):
+            ij = idx[j] + n if idx[j] < 0 else idx[j]
+            for q in range(x.shape[2]):
+                out[p, j, q] = x[p, ij, q]
+    return out
+
+
+@njit(**_OPTS)
+def scatter_add(g, idx, out):
+    """out[p, idx[j], q] += g[p, j, q]; repeated indices accumulate."""
+    n = out.shape[1]
+    _check_index(idx, n)
+    for p in range(g.shape[0]):
+        for j in range(idx.shape[0]):
+            ij = idx[j] + n if idx[j] < 0 else idx[j]
+            for q in range(g.shape[2]):
+                out[p, ij, q] += g[p, j, q]
+    return out
