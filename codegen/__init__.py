@@ -23,17 +23,23 @@ class Program:
         self.consts = consts      # constant arrays passed after the inputs
 
 
-def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
+def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), cache=None):
     """(partition, source, emitter) for `graph` without compiling anything."""
     part = Partition(graph)
-    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, cache=cache_enabled())
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath,
+                 cache=cache_enabled() if cache is None else cache)
     source = em.emit()
     return part, source, em
 
 
-def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
+def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba"):
+    """Fuse, emit and build `graph`; backend "python" runs the source without Numba."""
     part, source, em = generate(graph, parallel, fastmath)
-    kernel, module, path = load_kernel(source)
+    if backend == "python":
+        from .pymode import python_kernel
+        kernel, module, path = python_kernel(source), None, None
+    else:
+        kernel, module, path = load_kernel(source)
     consts = [n.value for n in em.const_args]
     return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
 

@@ -106,7 +106,8 @@ def _elementwise_expr(node, args):
         return f"{np_dtype(node.dtype)}({args[0]})" if node.dtype != bool else f"{args[0]} != 0"
     if op == "sign":
         x = args[0]
-        return f"{np_dtype(node.dtype)}(({x} > 0) - ({x} < 0)) if {x} == {x} else {x}"
+        dt = np_dtype(node.dtype)
+        return f"{dt}({x} > 0) - {dt}({x} < 0) if {x} == {x} else {x}"
     expr = TEMPLATES[op].format(*args)
     if op in F64_RESULT and node.dtype != np.float64:
         expr = f"{np_dtype(node.dtype)}({expr})"
@@ -161,11 +162,24 @@ class Emitter:
         """The local scalar holding node's value at the current loop point."""
         return "x" + self.names[node.id]
 
+    def array(self, node):
+        """An expression for node's value as an array (expanding virtual broadcasts/reshapes)."""
+        if node.id in self.part.virtual:
+            inner = self.array(node.inputs[0])
+            shape = self.sizes.shape(node.shape)
+            if node.op == "broadcast":
+                return f"np.ascontiguousarray(np.broadcast_to({inner}, {shape}))"
+            return f"{inner}.reshape({shape})"
+        if self.is_scalar_const(node):
+            return f"np.full(1, {literal(node.value, node.dtype)}, {np_dtype(node.dtype)})"
+        return self.var(node)
+
     def is_scalar_const(self, node):
         return node.op == "const" and node.value.ndim == 0
 
     def comment(self, node):
-        return "# " + self.graph.node_line(node, self.names)
+        """`# c:f64[n0,n1] = mul a b`: the node, with sizes as the same symbols the code uses."""
+        return "# " + self.graph.node_line(node, self.names, dims=self.sizes)
 
     # ---- entry function ----------------------------------------------------------------------
     def emit(self):
@@ -177,10 +191,8 @@ class Emitter:
         outs = []
         seen = set()
         for n in self.graph.outputs:
-            v = self.var(n) if not self.is_scalar_const(n) else None
-            if v is None:
-                v = f"np.full(1, {literal(n.value, n.dtype)}, {np_dtype(n.dtype)})"
-            elif n.op in ("input", "const") or v in seen:
+            v = self.array(n)
+            if n.op in ("input", "const") and v == self.var(n) or v in seen:
                 v = f"{v}.copy()"
             seen.add(v)
             outs.append(v)
@@ -219,7 +231,7 @@ class Emitter:
     # ---- library ops (one per step) -------------------------------------------------------------
     def emit_op(self, node):
         v = self.var(node)
-        x = [self.var(i) for i in node.inputs]
+        x = [self.array(i) for i in node.inputs]
         S = self.sizes
         op, p = node.op, node.p
         out = self.body
@@ -311,19 +323,29 @@ class GroupEmitter:
 
     # ---- structure -----------------------------------------------------------------------------
     def _flat_ok(self):
-        """A group with no inner axes whose reads are all full-shape or size 1 runs as one 1-D loop."""
+        """A group with no inner axes whose reads are all full-size or size 1 runs as one 1-D loop."""
         g = self.g
         if g.k != g.rank or g.rank <= 1:
             return False
+        total = int(np.prod(g.shape))
         for n in g.nodes:
             for x in n.inputs:
-                if x.id not in self.members:
-                    x = self.em.part.resolve(x)
-                    if not self.em.is_scalar_const(x) and tuple(x.shape) != g.shape and x.size != 1:
-                        return False
+                if x.id not in self.members and not self._flat_read_ok(x, total):
+                    return False
             if g.members[n.id] == "sink" and n.size != 1:
                 return False
         return True
+
+    def _flat_read_ok(self, x, total):
+        src = self.em.part.resolve(x)
+        if src.size == 1:
+            return True
+        # the same elements in the same order: only unit reshapes between the group and src
+        while x.id in self.em.part.virtual:
+            if x.op == "broadcast" and x.size != x.inputs[0].size:
+                return False
+            x = x.inputs[0]
+        return src.size == total
 
     def _lvl(self, x):
         """Level of x in this group: its member level, or the level its shape reads at."""
@@ -332,13 +354,28 @@ class GroupEmitter:
     def _is_scalar_read(self, x):
         return x.size == 1 and tuple(x.shape) != self.g.shape
 
+    def _is_full(self, x):
+        return x.size == int(np.prod(self.g.shape)) and x.size != 1 or tuple(x.shape) == self.g.shape
+
     def flat_name(self, x):
-        return f"{self.em.var(x)}_f" if self.flat and tuple(x.shape) == self.g.shape else self.em.var(x)
+        return f"{self.em.var(x)}_f" if self.flat and self._is_full(x) else self.em.var(x)
 
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
         em = self.em
-        x = em.part.resolve(x)
+        # index of x at this point: x's dims are right-aligned with the target's
+        off = len(target_shape) - x.ndim
+        ix = ["0" if x.shape[d] == 1 else f"i{off + d}" for d in range(x.ndim)]
+        # follow virtual broadcasts and unit reshapes down to the stored array
+        while x.id in em.part.virtual:
+            y = x.inputs[0]
+            if x.op == "broadcast":
+                lead = x.ndim - y.ndim
+                ix = ["0" if y.shape[d] == 1 else ix[lead + d] for d in range(y.ndim)]
+            else:
+                kept = [i for i, d in zip(ix, x.shape) if d != 1]
+                ix = ["0" if d == 1 else kept.pop(0) for d in y.shape]
+            x = y
         if em.is_scalar_const(x):
             return literal(x.value, x.dtype)
         self.reads[x.id] = x
@@ -346,9 +383,7 @@ class GroupEmitter:
             return f"{em.scalar(x)}_s"
         if self.flat:
             return f"{self.flat_name(x)}[i]"
-        off = len(target_shape) - x.ndim
-        ix = ["0" if x.shape[d] == 1 else f"i{off + d}" for d in range(x.ndim)]
-        return f"{em.var(x)}[{', '.join(ix)}]"
+        return f"{em.var(x)}[{', '.join(ix) if ix else '0'}]"
 
     def value(self, x, target_shape):
         return self.em.scalar(x) if x.id in self.members else self.read(x, target_shape)
@@ -378,16 +413,18 @@ class GroupEmitter:
                 continue
             if s.size == 1:
                 self.scalar_accs[s.id] = s
-            elif 0 in s.p["axes"] and g.shape[0] != 1:
+            elif 0 in s.p["axes"] and g.shape[0] != 1 and self.parallel:
                 self.partials[s.id] = s
             else:
                 self.direct_sinks[s.id] = s
         ind = "    "
+        first = "range(lo, hi)" if self.parallel else \
+            f"range({self.S.product(g.shape) if self.flat else self.S(g.shape[0])})"
         if self.flat:
-            body = ["for i in range(lo, hi):"]
+            body = [f"for i in {first}:"]
             body += self._flat_body(ind)
         else:
-            body = ["for i0 in range(lo, hi):"]
+            body = [f"for i0 in {first}:"]
             depth = ind
             for d in range(1, g.k):
                 body.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
@@ -500,7 +537,7 @@ class GroupEmitter:
         out = em.body
         mode = "parallel chunks" if self.parallel else "serial"
         kind = "flattened" if self.flat else f"outer axes {tuple(range(g.k))}"
-        out.append(f"# group {g.seq}: fused loop over {tuple(g.shape)} ({kind}, {mode}), "
+        out.append(f"# group {g.seq}: fused loop over {S.shape(g.shape)} ({kind}, {mode}), "
                    f"{len(g.nodes)} nodes")
         for n in self.writes.values():
             out.append(f"{em.var(n)} = np.empty({S.shape(n.shape)}, {np_dtype(n.dtype)})")
@@ -509,19 +546,21 @@ class GroupEmitter:
                        f"{np_dtype(s.dtype)})")
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
-                if tuple(x.shape) == g.shape:
+                if self._is_full(x):
                     out.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
         for x in self.reads.values():
             if self._is_scalar_read(x):
                 out.append(f"{em.scalar(x)}_s = {em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
+        if not self.parallel:
+            out += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+            out += body
+            out += [f"{em.var(s)} = np.full({S.shape(s.shape)}, {em.scalar(s)}_acc, {np_dtype(s.dtype)})"
+                    for s in accs]
+            return
         nch = f"nch{g.seq}"
-        if self.parallel:
-            out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
-            loop = f"for ch in prange({nch}):"
-            em.uses_prange = True
-        else:
-            out.append(f"{nch} = 1")
-            loop = f"for ch in range({nch}):"
+        out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+        loop = f"for ch in prange({nch}):"
+        em.uses_prange = True
         for s in accs:
             out.append(f"{em.var(s)}_part = np.empty({nch}, {np_dtype(s.dtype)})")
         for s in self.partials.values():
@@ -532,7 +571,7 @@ class GroupEmitter:
         chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
         chunk += body
         chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
-        if self.parallel and len(body) > OUTLINE_LINES:
+        if len(body) > OUTLINE_LINES:
             # Numba's parfor passes grow slowly with the size of a prange body: a long body
             # compiles faster as its own function called from a one-line prange loop
             import re
@@ -569,7 +608,7 @@ class GroupEmitter:
             x = em.part.resolve(x)
             if em.is_scalar_const(x):
                 return literal(x.value, x.dtype)
-            return f"{em.var(x)}[0]"
+            return f"{em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]"
 
         for n in g.nodes:
             if n.op in REDUCE_OPS or n.op in ("broadcast", "reshape"):

@@ -17,7 +17,8 @@ elementwise loop). The forward and backward parts of an elementwise region land
 in the same group, so intermediates needed only elementwise are never stored.
 
 A broadcast of a stored value (an input, a constant, or the output of an
-earlier step) is *virtual*: it belongs to no step, and every loop that reads it
+earlier step), or a reshape of one that only adds or drops unit dimensions, is
+*virtual*: it belongs to no step, and every loop that reads it
 indexes the stored value directly (broadcast dimensions read index 0), so a
 bias or a scalar is never expanded in memory.
 
@@ -31,6 +32,11 @@ from jitgraph.prims import PRIMS
 FUSIBLE_KINDS = ("elementwise",)
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
 REDUCE_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+
+
+def unit_reshape(node):
+    """A reshape that only inserts or removes dimensions of size 1 (an index relabelling)."""
+    return [d for d in node.shape if d != 1] == [d for d in node.inputs[0].shape if d != 1]
 
 
 class Group:
@@ -93,23 +99,15 @@ class Partition:
             step = self._place(node)
             if step is not None:
                 self.step_of[node.id] = step
-        for out in graph.outputs:
-            if out.id in self.virtual:
-                self._materialize_virtual(out)
         self.materialized = self._materialized()
 
     def resolve(self, node):
-        """The stored value a (chain of) virtual broadcast(s) reads."""
+        """The stored value a chain of virtual broadcasts and reshapes reads."""
         while node.id in self.virtual:
             node = node.inputs[0]
         return node
 
-    def _materialize_virtual(self, node):
-        """A virtual broadcast needed as an array (by a library op or as an output)."""
-        self.virtual.discard(node.id)
-        step = OpStep(len(self.steps), node)
-        self.steps.append(step)
-        self.step_of[node.id] = step
+
 
     # ---- placement -----------------------------------------------------------------------
     def _avail(self, node, group):
@@ -233,7 +231,7 @@ class Partition:
                 if role is not None:
                     g.add(node, role)
                     return g
-            if node.op == "broadcast":
+            if node.op == "broadcast" or (node.op == "reshape" and unit_reshape(node)):
                 x = node.inputs[0]
                 if x.op in ("input", "const") or x.id in self.virtual \
                         or not isinstance(self.step_of.get(x.id), Group) \
@@ -242,9 +240,6 @@ class Partition:
                     return None
             if node.op != "reshape":
                 return self._new_group(node)
-        for x in node.inputs:
-            if x.id in self.virtual:
-                self._materialize_virtual(x)
         step = OpStep(len(self.steps), node)
         self.steps.append(step)
         return step
@@ -252,7 +247,7 @@ class Partition:
     # ---- storage ---------------------------------------------------------------------------
     def _materialized(self):
         """Ids of nodes whose value must be stored in an array."""
-        out = {n.id for n in self.graph.outputs}
+        out = {self.resolve(n).id for n in self.graph.outputs}
         for node in self.graph.nodes:
             if node.op in ("input", "const") or node.id in self.virtual:
                 continue

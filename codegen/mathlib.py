@@ -12,6 +12,7 @@ error against NumPy: 2.2e-16 over [-700, 700]; 7x faster than libm exp in a
 expm1 and tanh are built on the same polynomial without cancellation near 0.
 NaN and +-inf propagate as in NumPy.
 """
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -84,3 +85,10 @@ def maximum(a, b):
 @njit(**_OPTS)
 def minimum(a, b):
     return a if (a <= b or a != a) else b
+
+
+if numba.config.DISABLE_JIT:
+    # NUMBA_DISABLE_JIT=1 runs generated kernels as plain Python (for pdb and readable
+    # tracebacks); the bit-cast intrinsic has no Python form, so use NumPy's functions there.
+    exp, expm1, tanh = np.exp, np.expm1, np.tanh
+    maximum, minimum = np.maximum, np.minimum

@@ -20,8 +20,8 @@ DTYPE_ABBREV = {
 }
 
 
-def type_str(shape, dtype):
-    dims = ",".join(str(d) for d in shape)
+def type_str(shape, dtype, dims=str):
+    dims = ",".join(dims(d) for d in shape)
     return f"{DTYPE_ABBREV.get(np.dtype(dtype).name, np.dtype(dtype).name)}[{dims}]"
 
 
@@ -148,13 +148,18 @@ class Graph:
             names[node.id] = s
         return names
 
-    def node_line(self, node, names):
-        """One SSA line for `node`: `c:f64[3] = mul a b` (no indentation)."""
-        lhs = f"{names[node.id]}:{type_str(node.shape, node.dtype)}"
+    def node_line(self, node, names, dims=str):
+        """One SSA line for `node`: `c:f64[3] = mul a b` (no indentation).
+
+        `dims` formats each size (code generation names them symbolically)."""
+        lhs = f"{names[node.id]}:{type_str(node.shape, node.dtype, dims)}"
         if node.op == "const":
             lit = _fmt_const(node)
             return f"{lhs} = const {lit}" if lit is not None else f"{lhs} = const <array>"
-        params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in node.params)
+        params = ", ".join(
+            f"{k}=({', '.join(dims(d) for d in v)}{',' if len(v) == 1 else ''})" if k == "shape"
+            else f"{k}={dims(v)}" if k == "size" else f"{k}={_fmt_param(v)}"
+            for k, v in node.params)
         op = f"{node.op}[{params}]" if params else node.op
         args = " ".join(names[i.id] for i in node.inputs)
         return f"{lhs} = {op} {args}".rstrip()

@@ -64,37 +64,58 @@ class Lowered:
 
 
 class _Entry:
-    """One compiled signature: converts arguments, calls the kernel, rebuilds outputs."""
+    """One compiled signature: a small generated Python function that converts the
+    arguments, calls the kernel and rebuilds the output structure (no generic loops
+    on the hot path: this is most of the per-call overhead left after Numba's)."""
 
-    __slots__ = ("lowered", "kernel", "dims", "consts", "scalar_in", "scalar_out", "out_tree",
-                 "out_order", "dtypes")
+    __slots__ = ("lowered", "call")
 
     def __init__(self, lowered):
         graph, prog = lowered.graph, lowered.program
         self.lowered = lowered
-        self.kernel = prog.kernel
-        self.dims = np.array(prog.sizes, dtype=np.int64)
-        self.consts = tuple(prog.consts)
-        self.dtypes = [n.dtype for n in graph.inputs]
-        self.scalar_in = [n.ndim == 0 for n in graph.inputs]
-        self.scalar_out = [n.ndim == 0 for n in graph.outputs]
-        self.out_tree = graph.meta["out_tree"]
-        self.out_order = graph.meta.get("out_order")
+        n_in = len(graph.inputs)
+        lines = ["def call(leaves):"]
+        names = [f"a{k}" for k in range(n_in)]
+        if n_in:
+            lines.append(f"    {', '.join(names)}{',' if n_in == 1 else ''} = leaves")
+        ns = {"np": np, "kernel": prog.kernel, "dims": np.array(prog.sizes, dtype=np.int64),
+              "tree_unflatten": tree_unflatten, "out_tree": graph.meta["out_tree"]}
+        for k, node in enumerate(graph.inputs):
+            ns[f"dt{k}"] = node.dtype
+            if node.ndim == 0:
+                lines.append(f"    a{k} = np.full(1, a{k}, dt{k})")
+            else:
+                lines.append(f"    if type(a{k}) is not np.ndarray or not a{k}.flags.c_contiguous:")
+                lines.append(f"        a{k} = np.ascontiguousarray(a{k}, dt{k})")
+        consts = []
+        for k, c in enumerate(prog.consts):
+            ns[f"c{k}"] = c
+            consts.append(f"c{k}")
+        lines.append(f"    r = kernel({', '.join(['dims'] + names + consts)})")
+        outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
+        order = graph.meta.get("out_order")
+        if order is not None:
+            outs = [outs[i] for i in order]
+        lines.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs))}")
+        exec("\n".join(lines), ns)
+        self.call = ns["call"]
 
     def __call__(self, leaves):
-        args = []
-        for leaf, scalar, dt in zip(leaves, self.scalar_in, self.dtypes):
-            if scalar:
-                args.append(np.full(1, leaf, dtype=dt))
-            elif type(leaf) is np.ndarray and leaf.flags.c_contiguous:
-                args.append(leaf)
-            else:
-                args.append(np.ascontiguousarray(leaf, dtype=dt))
-        outs = self.kernel(self.dims, *args, *self.consts)
-        outs = [o[0] if s else o for o, s in zip(outs, self.scalar_out)]
-        if self.out_order is not None:
-            outs = [outs[i] for i in self.out_order]
-        return tree_unflatten(self.out_tree, outs)
+        return self.call(leaves)
+
+
+def _build_tree(td, outs):
+    """A Python expression rebuilding tree `td` from output expressions."""
+    if td.kind == "leaf":
+        return next(outs)
+    if td.kind == "none":
+        return "None"
+    kids = [_build_tree(c, outs) for c in td.children]
+    if td.kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(td.meta, kids)) + "}"
+    if td.kind == "list":
+        return "[" + ", ".join(kids) + "]"
+    return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
 
 
 def _leaf_key(x):
@@ -113,7 +134,10 @@ def _leaf_key(x):
 class JitFunction:
     """A compiled version of `fun`; see `jit` and `jit_grad`."""
 
-    def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True):
+    def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba"):
+        if backend not in ("numba", "python"):
+            raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
+        self.backend = backend
         self.fun = fun
         self.grad = grad
         self.argnums = argnums
@@ -124,8 +148,11 @@ class JitFunction:
         functools.update_wrapper(self, fun)
 
     def _key(self, args):
-        if all(type(a) is np.ndarray for a in args):
-            return tuple((a.shape, a.dtype.char) for a in args), args
+        try:
+            # fast path: arrays (and NumPy scalars), keyed on shape and dtype
+            return tuple([(a.shape, a.dtype.char) for a in args]), args
+        except AttributeError:
+            pass
         leaves, tree = tree_flatten(args)
         return (tree, tuple(_leaf_key(x) for x in leaves)), leaves
 
@@ -133,9 +160,8 @@ class JitFunction:
         key, leaves = self._key(args)
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(self._lower(args))
-            self._entries[key] = entry
-        return entry(leaves)
+            entry = self._entries[key] = _Entry(self._lower(args))
+        return entry.call(leaves)
 
     def lower(self, *args):
         """Trace and compile for these arguments (or reuse); returns a `Lowered`."""
@@ -152,7 +178,7 @@ class JitFunction:
         t0 = time.perf_counter()
         graph = trace_graph(self.fun, args, self.argnums, self.has_aux, self.grad)
         t1 = time.perf_counter()
-        program = codegen.compile_graph(graph, parallel=self.parallel)
+        program = codegen.compile_graph(graph, parallel=self.parallel, backend=self.backend)
         # Numba compiles lazily; compile now so the first call's cost is all here
         leaves, _ = tree_flatten(tuple(args))
         lowered = Lowered(graph, program, {})
@@ -185,21 +211,23 @@ class JitFunction:
         return f"<jitgraph.{kind} of {_fname(self.fun)}>"
 
 
-def jit_grad(fun=None, *, argnums=0, has_aux=False, parallel=True):
+def jit_grad(fun=None, *, argnums=0, has_aux=False, parallel=True, backend="numba"):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
     Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`. The
     forward and backward graphs are fused into loops and compiled with Numba;
-    `parallel=False` turns off multi-threaded loops. `f.lower(*args)` returns
-    the `Lowered` program (graph, generated source, fusion groups).
+    `parallel=False` turns off multi-threaded loops. `backend="python"` runs the
+    same generated source as plain Python (no compile: for debugging and tests).
+    `f.lower(*args)` returns the `Lowered` program (graph, generated source,
+    fusion groups).
     """
     if fun is None:
-        return lambda f: JitFunction(f, True, argnums, has_aux, parallel)
-    return JitFunction(fun, True, argnums, has_aux, parallel)
+        return lambda f: JitFunction(f, True, argnums, has_aux, parallel, backend)
+    return JitFunction(fun, True, argnums, has_aux, parallel, backend)
 
 
-def jit(fun=None, *, parallel=True):
+def jit(fun=None, *, parallel=True, backend="numba"):
     """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars."""
     if fun is None:
-        return lambda f: JitFunction(f, False, parallel=parallel)
-    return JitFunction(fun, False, parallel=parallel)
+        return lambda f: JitFunction(f, False, parallel=parallel, backend=backend)
+    return JitFunction(fun, False, parallel=parallel, backend=backend)

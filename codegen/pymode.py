@@ -1,0 +1,47 @@
+"""Run generated kernel source as plain Python (no Numba compile).
+
+`python_kernel(source)` executes a generated module with `njit` as the identity,
+`prange` as `range`, NumPy's own math in place of `codegen.mathlib`, and the
+Python bodies of `codegen.runtime`. The kernel computes the same values, slowly
+and without compiling anything: the test suite uses it to run every program of
+the op table through the generated source, and it is a way to step through a
+kernel with pdb. (NUMBA_DISABLE_JIT=1 gives the same for a whole process.)
+"""
+import types
+
+import numpy as np
+
+from . import runtime as _runtime
+
+
+def njit(*args, **kwargs):
+    if args and callable(args[0]) and len(args) == 1 and not kwargs:
+        return args[0]
+    return lambda f: f
+
+
+prange = range
+exp, expm1, tanh = np.exp, np.expm1, np.tanh
+maximum, minimum = np.maximum, np.minimum
+runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", None)
+                                   for name in ("matmul2d", "matmul_batched", "gather", "scatter_add")})
+
+_IMPORTS = {
+    "from numba import njit, prange": "from codegen.pymode import njit, prange",
+    "from codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh":
+        "from codegen.pymode import exp as _exp, expm1 as _expm1, tanh as _tanh",
+    "from codegen.mathlib import maximum as _max, minimum as _min":
+        "from codegen.pymode import maximum as _max, minimum as _min",
+    "from codegen import runtime as _rt": "from codegen.pymode import runtime as _rt",
+}
+
+
+def python_kernel(source, entry="kernel"):
+    """The entry function of generated `source`, as a Python function."""
+    for a, b in _IMPORTS.items():
+        if a not in source:
+            raise ValueError(f"generated source lacks the import {a!r}")
+        source = source.replace(a, b)
+    ns = {"__name__": "jitgraph_pymode_kernel"}
+    exec(compile(source, "<jitgraph kernel (python mode)>", "exec"), ns)
+    return ns[entry]

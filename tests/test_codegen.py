@@ -1,0 +1,290 @@
+"""Code generation: fusion structure, golden sources, runtime behaviour of compiled kernels."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import codegen
+import jitgraph as jg
+from codegen import mathlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from workloads import WORKLOADS  # noqa: E402
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+SMALL = dict(w1=dict(n=1000), w2=dict(B=16, D=8, H=12, C=5), w3=dict(n=17), w4=dict(n=100),
+             w5={}, w6=dict(r=9, c=13))
+
+
+def workload_graph(name, **kw):
+    w = WORKLOADS[name]
+    args = w["args"](np.random.default_rng(0), **(kw or SMALL[name]))
+    return jg.make_graph(w["loss"], argnums=w["argnums"], grad=True)(*args), args
+
+
+# ---- fusion structure ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["w1", "w4"])
+def test_elementwise_workloads_are_one_loop(name):
+    graph, _ = workload_graph(name)
+    part = codegen.Partition(graph)
+    assert len(part.steps) == 1, part.describe()
+    (g,) = part.groups()
+    assert g.k == g.rank  # a flat loop: forward and backward in the same iteration
+    # nothing but the outputs is stored: intermediates live in registers
+    assert part.materialized == {part.resolve(n).id for n in graph.outputs}
+
+
+@pytest.mark.parametrize("name", ["w3", "w6"])
+def test_row_workloads_are_one_row_loop(name):
+    graph, _ = workload_graph(name)
+    part = codegen.Partition(graph)
+    assert len(part.steps) == 1, part.describe()
+    (g,) = part.groups()
+    assert g.k == 1 and g.rank == 2  # rows outside, passes over each row inside
+
+
+def test_mlp_matmuls_are_library_calls_and_softmax_is_one_row_group():
+    graph, _ = workload_graph("w2")
+    part = codegen.Partition(graph)
+    ops = [s.node.op for s in part.steps if isinstance(s, codegen.OpStep)]
+    assert ops.count("matmul") == 5
+    rows = [g for g in part.groups() if g.k < g.rank]
+    assert len(rows) == 1 and rows[0].shape == (16, 5)
+    # forward softmax cross-entropy and its gradient share the row loop
+    assert sum(1 for n in rows[0].nodes if n.id in graph.adjoint_ids) > 5
+
+
+def test_row_group_passes_over_each_row():
+    # w3 differentiates through the max too: max, sum of exp, the max's (zero) adjoint, gradient
+    graph, _ = workload_graph("w3")
+    _, src, _ = codegen.generate(graph)
+    assert src.count("over the row") == 4
+    assert "_exp(" in src
+    # jg.logsumexp stops the gradient at the max: max, sum of exp, gradient
+    A = np.random.default_rng(0).standard_normal((6, 5))
+    graph = jg.make_graph(lambda A: np.sum(jg.logsumexp(A, axis=1)), grad=True)(A)
+    _, src, _ = codegen.generate(graph)
+    assert src.count("over the row") == 3
+
+
+# ---- golden sources --------------------------------------------------------------------------
+def _seed(w, x, b, y):
+    return (w * x + b - y) ** 2
+
+
+def _gather_mlp(E, W, idx):
+    return np.sum(np.tanh(E[idx] @ W))
+
+
+GOLDEN_CASES = {
+    "seed": (_seed, (0, 2), lambda: (1.5, 2.0, 0.5, 1.0)),
+    "w1": (WORKLOADS["w1"]["loss"], (0, 1), lambda: WORKLOADS["w1"]["args"](np.random.default_rng(0), n=100)),
+    "w3": (WORKLOADS["w3"]["loss"], 0, lambda: WORKLOADS["w3"]["args"](np.random.default_rng(0), n=8)),
+    "gather_mlp": (_gather_mlp, (0, 1), lambda: (np.ones((6, 4)), np.ones((4, 3)), np.array([0, 2, 2, 5]))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden_source(case):
+    """Emitted source is stable; set JITGRAPH_UPDATE_GOLDEN=1 to rewrite after a deliberate change."""
+    fn, argnums, make = GOLDEN_CASES[case]
+    graph = jg.make_graph(fn, argnums=argnums, grad=True)(*make())
+    _, src, _ = codegen.generate(graph, cache=True)
+    path = os.path.join(GOLDEN, f"{case}.py.txt")
+    if os.environ.get("JITGRAPH_UPDATE_GOLDEN") == "1" or not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(src)
+    with open(path) as f:
+        assert src == f.read(), f"emitted source for {case} changed; review and update {path}"
+
+
+# ---- compiled behaviour -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def w6_small():
+    w = WORKLOADS["w6"]
+    args = w["args"](np.random.default_rng(1), **SMALL["w6"])
+    return jg.jit_grad(w["loss"], argnums=w["argnums"]), args
+
+
+def test_workloads_match_hand_written_gradients():
+    for name in ("w1", "w2", "w3", "w4", "w5"):
+        w = WORKLOADS[name]
+        args = w["args"](np.random.default_rng(2), **SMALL[name])
+        v, g = jg.jit_grad(w["loss"], argnums=w["argnums"])(*args)
+        nv, ng = w["numpy"](*args)
+        g = g if isinstance(g, tuple) else (g,)
+        ng = ng if isinstance(ng, tuple) else (ng,)
+        np.testing.assert_allclose(v, nv, rtol=1e-12)
+        for a, b in zip(g, ng):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12 * np.max(np.abs(b)))
+
+
+def test_outputs_are_numpy_and_inputs_untouched(w6_small):
+    f, args = w6_small
+    copies = [np.copy(a) for a in args]
+    v, (gx, ggam, gbet) = f(*args)
+    assert isinstance(v, np.float64)
+    for g, a in zip((gx, ggam, gbet), args):
+        assert type(g) is np.ndarray and g.shape == a.shape and g.dtype == a.dtype
+    for a, c in zip(args, copies):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_nan_and_inf_propagate_and_do_not_poison_later_calls(w6_small):
+    f, args = w6_small
+    clean = f(*args)
+    bad = [np.copy(a) for a in args]
+    bad[0][2, 3] = np.nan
+    bad[0][4, 1] = np.inf
+    v, (gx, _, _) = f(*bad)
+    ref_v, (ref_gx, _, _) = jg.value_and_grad(WORKLOADS["w6"]["loss"], argnums=(0, 1, 2))(*bad)
+    assert np.isnan(v) and np.isnan(ref_v)
+    np.testing.assert_array_equal(np.isnan(gx), np.isnan(ref_gx))
+    again = f(*args)
+    np.testing.assert_array_equal(again[1][0], clean[1][0])
+    assert again[0] == clean[0]
+
+
+def test_non_contiguous_and_python_scalar_arguments():
+    f = jg.jit_grad(lambda x, s: np.sum(np.exp(x * s)), argnums=(0, 1))
+    x = np.arange(12.0).reshape(3, 4) / 10
+    v, (gx, gs) = f(x.T, 0.5)
+    rv, (rgx, rgs) = jg.value_and_grad(lambda x, s: np.sum(np.exp(x * s)), argnums=(0, 1))(x.T, 0.5)
+    np.testing.assert_allclose(gx, rgx, rtol=1e-13)
+    np.testing.assert_allclose(gs, rgs, rtol=1e-13)
+    assert isinstance(gs, np.float64)
+
+
+def test_pytrees_and_aux_through_jit_grad():
+    def loss(params, x):
+        h = np.tanh(x @ params["w"] + params["b"][0])
+        return np.sum(h * h), {"h": h, "n": np.mean(h)}
+
+    params = {"w": np.ones((3, 2)) * 0.1, "b": [np.zeros(2)]}
+    x = np.arange(6.0).reshape(2, 3)
+    (v, aux), g = jg.jit_grad(loss, has_aux=True)(params, x)
+    (rv, raux), rg = jg.value_and_grad(loss, has_aux=True)(params, x)
+    assert set(g) == {"w", "b"} and isinstance(g["b"], list)
+    np.testing.assert_allclose(g["w"], rg["w"], rtol=1e-13)
+    np.testing.assert_allclose(g["b"][0], rg["b"][0], rtol=1e-13)
+    np.testing.assert_allclose(aux["h"], raux["h"], rtol=1e-13)
+    np.testing.assert_allclose(aux["n"], raux["n"], rtol=1e-13)
+
+
+def test_jit_forward_and_lower():
+    fwd = jg.jit(lambda x: np.tanh(x) * 2)
+    x = np.linspace(-3, 3, 7)
+    np.testing.assert_allclose(fwd(x), np.tanh(x) * 2, rtol=1e-15)
+    low = fwd.lower(x)
+    assert "def kernel" in low.source and "tanh" in str(low.graph)
+    assert os.path.exists(low.path) and os.path.basename(low.path).startswith("jg_")
+    assert len(low.groups) == 1
+
+
+def test_data_dependent_control_flow_is_a_tracing_error():
+    def f(x):
+        if np.sum(x) > 0:
+            return np.sum(x)
+        return -np.sum(x)
+
+    with pytest.raises(jg.TracingError, match="test_codegen.py"):
+        jg.jit_grad(f)(np.ones(3))
+
+
+def test_new_batch_size_reuses_source_and_kernel():
+    f = jg.jit_grad(lambda w, x: np.sum(np.tanh(x @ w)), argnums=0)
+    w = np.ones((4, 3)) * 0.1
+    a = f.lower(w, np.ones((5, 4)))
+    b = f.lower(w, np.ones((9, 4)))
+    assert f.compiles == 2  # retraced for the new shape...
+    assert a.source == b.source and a.path == b.path  # ...but the same code, compiled once
+    assert b.program.kernel is a.program.kernel
+
+
+def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
+    import numba
+
+    def loss(x, g):
+        y = (x - np.mean(x, axis=1, keepdims=True)) * g
+        return np.sum(np.tanh(y) ** 2)
+
+    rng = np.random.default_rng(3)
+    x, g = rng.standard_normal((300, 256)), rng.standard_normal(256)
+    par = jg.jit_grad(loss, argnums=(0, 1))
+    ser = jg.jit_grad(loss, argnums=(0, 1), parallel=False)
+    assert "prange" in par.lower(x, g).source and "prange(" not in ser.lower(x, g).source.split("def kernel")[1]
+    v1, g1 = par(x, g)
+    v2, g2 = ser(x, g)
+    np.testing.assert_allclose(v1, v2, rtol=1e-13)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        v3, g3 = par(x, g)
+    finally:
+        numba.set_num_threads(old)
+    assert v3 == v1  # fixed chunks: bit-for-bit the same on any number of threads
+    for a, b in zip(g1, g3):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gather_index_errors_are_raised():
+    f = jg.jit_grad(lambda E, idx: np.sum(E[idx] ** 2))
+    E = np.ones((4, 2))
+    v, g = f(E, np.array([0, 3, 3]))
+    np.testing.assert_array_equal(g, [[2, 2], [0, 0], [0, 0], [4, 4]])
+    with pytest.raises(IndexError):
+        f(E, np.array([0, 4, 1]))
+
+
+def test_generated_module_debugs_as_python(tmp_path):
+    """With NUMBA_DISABLE_JIT=1 the generated module runs as Python: tracebacks show its lines."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import numpy as np, jitgraph as jg\n"
+        "f = jg.jit_grad(lambda E, idx: np.sum(np.tanh(E[idx])))\n"
+        "print(f(np.ones((4, 2)), np.array([0, 1]))[0])\n"
+        "f(np.ones((4, 2)), np.array([0, 7]))\n")
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", JITGRAPH_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    assert float(r.stdout.split()[0]) == pytest.approx(2 * np.tanh(1.0) * 2)
+    assert "IndexError" in r.stderr
+    assert "jg_" in r.stderr and "_rt.gather(" in r.stderr  # the generated line is in the traceback
+
+
+# ---- vectorizable math ----------------------------------------------------------------------------
+def _max_rel(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    ok = np.isfinite(b) & (np.abs(b) > 1e-300)
+    return float(np.max(np.abs(a[ok] - b[ok]) / np.abs(b[ok])))
+
+
+def test_mathlib_accuracy_and_special_values():
+    from numba import njit
+
+    @njit
+    def apply(x, out):
+        for i in range(x.shape[0]):
+            out[0, i] = mathlib.exp(x[i])
+            out[1, i] = mathlib.expm1(x[i])
+            out[2, i] = mathlib.tanh(x[i])
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-700, 700, 20000), rng.uniform(-1, 1, 20000),
+                        10.0 ** rng.uniform(-300, 0, 2000), -(10.0 ** rng.uniform(-300, 0, 2000)),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 709.8, 710.0, -745.2, -800.0, 1e-320]])
+    out = np.empty((3, x.size))
+    with np.errstate(over="ignore"):
+        apply(x, out)
+        ref = np.exp(x), np.expm1(x), np.tanh(x)
+    for got, r in zip(out, ref):
+        assert _max_rel(got, r) < 1e-15
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(r))
+        fin = ~np.isfinite(r) & ~np.isnan(r)
+        np.testing.assert_array_equal(got[fin], r[fin])
+    sub = (np.exp(x) < 1e-300) & (np.exp(x) > 0)
+    np.testing.assert_allclose(out[0][sub], np.exp(x)[sub], rtol=1e-6)  # subnormal results
