@@ -101,15 +101,17 @@ def _torch_fn(name, w, args):
 
 
 def run(names, quick=False, reps=7, peers=True, out=sys.stdout):
+    """Measure every workload; peers (JAX, then PyTorch) run after all jitgraph and NumPy
+    measurements, because their thread pools keep spinning after they run and would slow
+    down whatever is measured next in the process."""
     rng = np.random.default_rng(0)
-    rows = []
+    rows, inputs = [], {}
     for name in names:
         w = WORKLOADS[name]
         kw = QUICK[name] if quick else {}
-        args = w["args"](rng, **kw)
+        args = inputs[name] = w["args"](rng, **kw)
         nums = w["argnums"]
-        inner = 1000 if name == "w5" else 1
-        scale = 1e6 if name == "w5" else 1e3
+        inner, scale = _units(name)
         row = {"name": name, "title": w["title"]}
         f = jg.jit_grad(w["loss"], argnums=nums)
         t0 = time.perf_counter()
@@ -124,17 +126,30 @@ def run(names, quick=False, reps=7, peers=True, out=sys.stdout):
         row["numpy"] = bench(lambda: w["numpy"](*args), reps, inner=inner) * scale
         row["eager"] = bench(lambda: eager(*args), max(3, r // 2), warm=1,
                              inner=max(1, inner // 10)) * scale
-        if peers:
+        rows.append(row)
+    if peers:
+        for row in rows:
+            name, w = row["name"], WORKLOADS[row["name"]]
+            inner, scale = _units(name)
             jf = _jax_fn(name, w)
             if jf is not None:
+                args = inputs[name]
                 jf(*args)
                 row["jax"] = bench(lambda: jax_block(jf(*args)), reps, inner=inner) * scale
-            tf = _torch_fn(name, w, args)
+        for row in rows:
+            name, w = row["name"], WORKLOADS[row["name"]]
+            inner, scale = _units(name)
+            tf = _torch_fn(name, w, inputs[name])
             if tf is not None:
                 row["torch"] = bench(tf, reps, inner=max(1, inner // 10)) * scale
-        rows.append(row)
+    for row in rows:
         print(_fmt_row(row), file=out, flush=True)
     return rows
+
+
+def _units(name):
+    """(calls per timing, scale): w5 is timed over 1000 calls in us, the rest in ms."""
+    return (1000, 1e6) if name == "w5" else (1, 1e3)
 
 
 def jax_block(res):

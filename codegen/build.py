@@ -20,6 +20,8 @@ import numpy as np
 _TEMP_DIR = None
 
 
+
+
 def cache_enabled():
     return os.environ.get("JITGRAPH_CACHE", "1") not in ("0", "false", "False", "no")
 

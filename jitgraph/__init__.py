@@ -4,7 +4,16 @@ Trace plain NumPy functions into a static graph, differentiate them in one
 reverse sweep, and run them eagerly (`value_and_grad`) or compiled
 (`jit_grad`, `jit`).
 """
-from . import core as _core
+import os as _os
+
+if "NUMBA_THREADING_LAYER" not in _os.environ:
+    # Numba's OpenMP threading layer leaves its threads spinning after a parallel loop, where
+    # they compete with BLAS's threads: the MLP benchmark (parallel loops between matmuls)
+    # measured 17-20 ms with it and 7 ms with the workqueue layer, which does not spin. Numba
+    # reads this when its parallel runtime starts; set NUMBA_THREADING_LAYER to choose another.
+    _os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
+
+from . import core as _core  # noqa: E402
 from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
