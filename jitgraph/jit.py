@@ -17,9 +17,6 @@ import numpy as np
 from .api import _fname, trace_graph
 from .tree import tree_flatten, tree_unflatten
 
-_FAST_TYPES = (np.ndarray,)
-
-
 def debug_level():
     """JITGRAPH_DEBUG: 1 prints graphs, 2 adds fusion groups, 3 adds source, 4 adds timings."""
     try:

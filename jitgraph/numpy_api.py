@@ -8,7 +8,6 @@ the arguments the result is computed by NumPy, so the same code serves derivativ
 rules in eager mode.
 """
 import builtins
-import numbers
 
 import numpy as np
 
@@ -858,4 +857,3 @@ def method_take(x, indices, axis=None, out=None, mode=None):
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]
-del numbers
