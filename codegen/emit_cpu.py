@@ -150,6 +150,7 @@ class Emitter:
         self.sizes = Sizes(graph)
         self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         self.body = []            # lines of the entry function
+        self.users = graph.users()
         self.uses_prange = False
         self.functions = []       # outlined loop bodies of large parallel groups
 
@@ -173,6 +174,10 @@ class Emitter:
         if self.is_scalar_const(node):
             return f"np.full(1, {literal(node.value, node.dtype)}, {np_dtype(node.dtype)})"
         return self.var(node)
+
+    def first(self, node):
+        """Its only element, for a stored value of size 1 (0-d values are stored with shape (1,))."""
+        return f"{self.var(node)}[{', '.join(['0'] * max(node.ndim, 1))}]"
 
     def is_scalar_const(self, node):
         return node.op == "const" and node.value.ndim == 0
@@ -248,9 +253,9 @@ class Emitter:
                         f"np.empty(({nb}, {S(m)}, {S(n)}), {np_dtype(node.dtype)}))"
                         f".reshape({S.shape(node.shape)})"]
         elif op == "transpose":
-            users = [u for u in self.graph.nodes if node in u.inputs]
+            users = self.users[node.id]
             if p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
-                    and node.id not in {o.id for o in self.graph.outputs}:
+                    and node not in self.graph.outputs:
                 out.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
             else:
                 out.append(f"{v} = np.ascontiguousarray({x[0]}.transpose({tuple(p['perm'])}))")
@@ -315,11 +320,9 @@ class GroupEmitter:
         self.partials = {}        # sink id -> node (reduced over the chunked axis: per-chunk slots)
         self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
+        self.size = int(np.prod(g.shape, dtype=np.int64))
         self.flat = self._flat_ok()
-        total = 1
-        for d in g.shape:
-            total *= d
-        self.parallel = em.parallel and total >= PARALLEL_MIN
+        self.parallel = em.parallel and self.size >= PARALLEL_MIN
 
     # ---- structure -----------------------------------------------------------------------------
     def _flat_ok(self):
@@ -327,10 +330,9 @@ class GroupEmitter:
         g = self.g
         if g.k != g.rank or g.rank <= 1:
             return False
-        total = int(np.prod(g.shape))
         for n in g.nodes:
             for x in n.inputs:
-                if x.id not in self.members and not self._flat_read_ok(x, total):
+                if x.id not in self.members and not self._flat_read_ok(x, self.size):
                     return False
             if g.members[n.id] == "sink" and n.size != 1:
                 return False
@@ -355,7 +357,7 @@ class GroupEmitter:
         return x.size == 1 and tuple(x.shape) != self.g.shape
 
     def _is_full(self, x):
-        return x.size == int(np.prod(self.g.shape)) and x.size != 1 or tuple(x.shape) == self.g.shape
+        return x.size == self.size and x.size != 1 or tuple(x.shape) == self.g.shape
 
     def flat_name(self, x):
         return f"{self.em.var(x)}_f" if self.flat and self._is_full(x) else self.em.var(x)
@@ -550,7 +552,7 @@ class GroupEmitter:
                     out.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
         for x in self.reads.values():
             if self._is_scalar_read(x):
-                out.append(f"{em.scalar(x)}_s = {em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
+                out.append(f"{em.scalar(x)}_s = {em.first(x)}")
         if not self.parallel:
             out += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
             out += body
@@ -608,7 +610,7 @@ class GroupEmitter:
             x = em.part.resolve(x)
             if em.is_scalar_const(x):
                 return literal(x.value, x.dtype)
-            return f"{em.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]"
+            return em.first(x)
 
         for n in g.nodes:
             if n.op in REDUCE_OPS or n.op in ("broadcast", "reshape"):

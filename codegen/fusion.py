@@ -232,12 +232,9 @@ class Partition:
                     g.add(node, role)
                     return g
             if node.op == "broadcast" or (node.op == "reshape" and unit_reshape(node)):
-                x = node.inputs[0]
-                if x.op in ("input", "const") or x.id in self.virtual \
-                        or not isinstance(self.step_of.get(x.id), Group) \
-                        or self._role(self.step_of[x.id], node) is None:
-                    self.virtual.add(node.id)
-                    return None
+                # its input's group (if any) was a candidate and could not take it: read in place
+                self.virtual.add(node.id)
+                return None
             if node.op != "reshape":
                 return self._new_group(node)
         step = OpStep(len(self.steps), node)

@@ -157,7 +157,7 @@ class JitFunction:
         key, leaves = self._key(args)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = _Entry(self._lower(args))
+            entry = self._entries[key] = self._lower(args)
         return entry.call(leaves)
 
     def lower(self, *args):
@@ -165,8 +165,7 @@ class JitFunction:
         key, _ = self._key(args)
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(self._lower(args))
-            self._entries[key] = entry
+            entry = self._entries[key] = self._lower(args)
         return entry.lowered
 
     def _lower(self, args):
@@ -179,13 +178,13 @@ class JitFunction:
         # Numba compiles lazily; compile now so the first call's cost is all here
         leaves, _ = tree_flatten(tuple(args))
         lowered = Lowered(graph, program, {})
-        probe = _Entry(lowered)
-        probe(leaves)
+        entry = _Entry(lowered)
+        entry.call(leaves)
         t2 = time.perf_counter()
         lowered.timings.update(trace=t1 - t0, compile=t2 - t1)
         self.compiles += 1
         self._debug(lowered)
-        return lowered
+        return entry
 
     def _debug(self, lowered):
         level = debug_level()

@@ -13,6 +13,7 @@ import numpy as np
 
 from .core import Tensor, bind
 from .errors import NotSupportedError, ShapeError, where
+from .prims import REDUCE
 
 
 # ---- operands: dtype promotion and broadcasting ----------------------------------
@@ -288,7 +289,7 @@ def _reduce(op, x, axis, keepdims, dtype=None):
         x = cast(x, np.int64)
     axes = _norm_axes(axis, len(shape_of(x)))
     if not isinstance(x, Tensor):
-        out = PRIMS_REDUCE[op](x, axis=axes, keepdims=keepdims)
+        out = REDUCE[op](x, axis=axes, keepdims=keepdims)
         return np.asarray(out, dtype=x.dtype)
     if op in ("reduce_max", "reduce_min") and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"zero-size reduction of {op[7:]} has no identity{where()}")
@@ -298,8 +299,6 @@ def _reduce(op, x, axis, keepdims, dtype=None):
     return r
 
 
-PRIMS_REDUCE = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_min": np.min,
-                "reduce_prod": np.prod}
 
 
 def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
