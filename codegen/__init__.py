@@ -4,6 +4,8 @@
 and the Numba entry function. Nothing here imports jitgraph's public API; the
 front end calls in.
 """
+import numpy as np
+
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .fusion import Group, OpStep, Partition
@@ -32,8 +34,17 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), cac
     return part, source, em
 
 
-def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba"):
-    """Fuse, emit and build `graph`; backend "python" runs the source without Numba."""
+def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba",
+                  target="cpu"):
+    """Fuse, emit and build `graph`; backend "python" runs the source without Numba.
+
+    target "cuda" builds numba.cuda kernels plus host code (codegen/emit_cuda.py).
+    """
+    if target == "cuda":
+        from .emit_cuda import compile_graph_cuda
+        return compile_graph_cuda(graph)
+    if target != "cpu":
+        raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
     part, source, em = generate(graph, parallel, fastmath)
     if backend == "python":
         from .pymode import python_kernel
@@ -41,6 +52,8 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     else:
         kernel, module, path = load_kernel(source)
     consts = [n.value for n in em.const_args]
+    if em.scalar_consts:
+        consts.append(np.array([n.value.item() for n in em.scalar_consts], dtype=np.float64))
     return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
 
 

@@ -10,16 +10,27 @@ import hashlib
 import importlib.util
 import os
 import platform
+import stat
 import sys
 import tempfile
+import threading
+import warnings
 
 import llvmlite
 import numba
 import numpy as np
 
 _TEMP_DIR = None
+_LOAD_LOCK = threading.RLock()
+_CHECKED_DIRS = set()
 
 
+class CacheDirError(PermissionError):
+    """The kernel cache directory is not private to this user."""
+
+
+class CorruptCacheWarning(UserWarning):
+    """A cached kernel file did not match its content hash and was rewritten."""
 
 
 def cache_enabled():
@@ -40,11 +51,41 @@ def cache_dir():
     return d
 
 
+def private_dir(path):
+    """Create `path` (mode 0700) or check an existing one: it must belong to this user and not be
+    writable by others, since the modules in it are imported and executed."""
+    if path in _CHECKED_DIRS:
+        return path
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.stat(path)
+    owner_ok = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if not owner_ok or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CacheDirError(
+            f"jitgraph refuses to use the cache directory {path!r}: it is "
+            + ("owned by another user" if not owner_ok else
+               f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})")
+            + ", and jitgraph imports and runs the code stored there. Make it private "
+            "(chmod 700), point JITGRAPH_CACHE_DIR at a private directory, or set JITGRAPH_CACHE=0.")
+    _CHECKED_DIRS.add(path)
+    return path
+
+
+_CPU = None
+
+
+def _cpu():
+    global _CPU
+    if _CPU is None:
+        import llvmlite.binding as llvm
+        _CPU = llvm.get_host_cpu_name()
+    return _CPU
+
+
 def source_hash(source):
     from jitgraph import __version__
     h = hashlib.sha256()
     for part in (source, numba.__version__, llvmlite.__version__, np.__version__, __version__,
-                 platform.machine(), sys.version.split()[0]):
+                 platform.machine(), _cpu(), sys.version.split()[0]):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
@@ -53,22 +94,48 @@ def source_hash(source):
 def load_kernel(source, entry="kernel"):
     """Import `source` as module jg_<hash> from the cache dir; returns (function, module name, path)."""
     modname = "jg_" + source_hash(source)
-    mod = sys.modules.get(modname)
-    if mod is None:
-        kdir = os.path.join(cache_dir(), "kernels")
-        os.makedirs(kdir, exist_ok=True)
-        path = os.path.join(kdir, modname + ".py")
-        if not os.path.exists(path):
-            fd, tmp = tempfile.mkstemp(dir=kdir, suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(modname, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = mod     # before exec: Numba's cache locates functions by module
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            del sys.modules[modname]
-            raise
+    with _LOAD_LOCK:
+        mod = sys.modules.get(modname)
+        if mod is None:
+            mod = _import(source, modname)
     return getattr(mod, entry), modname, mod.__file__
+
+
+def _write(kdir, path, source):
+    # temp file + rename: readers see the old file or the whole new one, never a partial one
+    fd, tmp = tempfile.mkstemp(dir=kdir, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _import(source, modname):
+    kdir = private_dir(os.path.join(private_dir(cache_dir()), "kernels"))
+    path = os.path.join(kdir, modname + ".py")
+    try:
+        with open(path, "rb") as f:
+            on_disk = f.read()
+    except FileNotFoundError:
+        on_disk = None
+    if on_disk is None:
+        _write(kdir, path, source)
+    elif on_disk != source.encode():
+        # the name is the hash of the source: a mismatch is a truncated or corrupted file.
+        # Never run it; the new file gets a new mtime, which also invalidates Numba's index.
+        warnings.warn(f"jitgraph: cached kernel {path} is corrupted (its content does not match "
+                      "its hash); rewriting and recompiling it", CorruptCacheWarning, stacklevel=5)
+        _write(kdir, path, source)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod     # before exec: Numba's cache locates functions by module
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    return mod

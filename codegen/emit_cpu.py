@@ -149,6 +149,13 @@ class Emitter:
         self.names = graph.names()
         self.sizes = Sizes(graph)
         self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
+        # Floating scalar constants other than 0 and 1 are read at run time from `svals`, not
+        # written as literals: they often derive from shapes (a mean's 1/batch) or from user
+        # globals, and as literals every new batch size or setting would be new source and a
+        # new native compile. Reading a scalar once per call costs nothing measurable.
+        self.scalar_consts = [n for n in graph.nodes if n.op == "const" and n.value.ndim == 0
+                              and n.dtype.kind == "f" and n.value.item() not in (0.0, 1.0)]
+        self._hoisted = {n.id for n in self.scalar_consts}
         self.body = []            # lines of the entry function
         self.users = graph.users()
         self.uses_prange = False
@@ -172,8 +179,14 @@ class Emitter:
                 return f"np.ascontiguousarray(np.broadcast_to({inner}, {shape}))"
             return f"{inner}.reshape({shape})"
         if self.is_scalar_const(node):
-            return f"np.full(1, {literal(node.value, node.dtype)}, {np_dtype(node.dtype)})"
+            return f"np.full(1, {self.const_ref(node)}, {np_dtype(node.dtype)})"
         return self.var(node)
+
+    def const_ref(self, node):
+        """A scalar constant's value in code: a literal, or the local read from `svals`."""
+        if node.id in self._hoisted:
+            return f"x{self.names[node.id]}_c"
+        return literal(node.value, node.dtype)
 
     def first(self, node):
         """Its only element, for a stored value of size 1 (0-d values are stored with shape (1,))."""
@@ -224,12 +237,17 @@ class Emitter:
         for block in self.functions:
             src += ["", "@njit(**_OPTS)"] + block + [""]
         args = ["dims"] + [self.var(n) for n in self.graph.inputs] + [self.var(n) for n in self.const_args]
+        if self.scalar_consts:
+            args.append("svals")
         # only explicit prange loops run in parallel: Numba's automatic conversion of array
         # expressions into parallel loops would compile a kernel per allocation for nothing
         par = "_PARALLEL" if self.uses_prange else "False"
         src += ["", f"@njit(parallel={par}, **_OPTS)", f"def kernel({', '.join(args)}):"]
         for k, d in enumerate(self.sizes.values):
             src.append(f"    {self.sizes(d)} = dims[{k}]")
+        for k, n in enumerate(self.scalar_consts):
+            v = f"svals[{k}]" if n.dtype == np.float64 else f"{np_dtype(n.dtype)}(svals[{k}])"
+            src.append(f"    {self.const_ref(n)} = {v}  # const {self.names[n.id]} (value not in the source)")
         src += ["    " + line for line in self.body]
         return "\n".join(src) + "\n"
 
@@ -379,7 +397,7 @@ class GroupEmitter:
                 ix = ["0" if d == 1 else kept.pop(0) for d in y.shape]
             x = y
         if em.is_scalar_const(x):
-            return literal(x.value, x.dtype)
+            return em.const_ref(x)
         self.reads[x.id] = x
         if self._is_scalar_read(x):
             return f"{em.scalar(x)}_s"
@@ -578,7 +596,7 @@ class GroupEmitter:
             # compiles faster as its own function called from a one-line prange loop
             import re
             text = "\n".join(chunk)
-            names = sorted(set(re.findall(r"\b(?:v[a-z]+(?:_f|_part)?|x[a-z]+_s|n\d+)\b", text)))
+            names = sorted(set(re.findall(r"\b(?:v[a-z]+(?:_f|_part)?|x[a-z]+_[sc]|n\d+)\b", text)))
             params = ["ch", nch] + [n for n in names if n != nch]
             fname = f"group_{g.seq}"
             em.functions.append([f"def {fname}({', '.join(params)}):"] + [ind + ln for ln in chunk])
@@ -609,7 +627,7 @@ class GroupEmitter:
                 return em.scalar(x)
             x = em.part.resolve(x)
             if em.is_scalar_const(x):
-                return literal(x.value, x.dtype)
+                return em.const_ref(x)
             return em.first(x)
 
         for n in g.nodes:

@@ -18,7 +18,9 @@ from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
 from .interpreter import evaluate
-from .jit import JitFunction, Lowered, jit, jit_grad
+from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, jit, jit_grad
+from .onnx_export import export_onnx
+from .viz import render, to_dot
 from .numpy_api import log_softmax, logsumexp, sigmoid, softmax, stop_gradient
 from .tree import tree_flatten, tree_map, tree_unflatten
 
@@ -27,7 +29,8 @@ _core._install_methods()
 __version__ = "0.1.0"
 
 __all__ = [
-    "value_and_grad", "grad", "jit", "jit_grad", "JitFunction", "Lowered", "make_graph", "trace_graph", "eval_graph", "evaluate",
+    "value_and_grad", "grad", "jit", "jit_grad", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",
+    "make_graph", "trace_graph", "eval_graph", "evaluate", "export_onnx", "to_dot", "render",
     "Graph", "Node", "logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient",
     "JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError",
     "tree_flatten", "tree_unflatten", "tree_map",

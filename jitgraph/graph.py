@@ -182,6 +182,11 @@ class Graph:
 
     __repr__ = __str__
 
+    def to_dot(self, **kw):
+        """Graphviz DOT text of this graph; keyword arguments as for `jitgraph.viz.to_dot`."""
+        from .viz import to_dot
+        return to_dot(self, **kw)
+
     def verify(self):
         """Check SSA form, topological order, and every node's shape and dtype.
 

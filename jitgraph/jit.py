@@ -1,21 +1,47 @@
 """Compiled functions: `jit` (forward) and `jit_grad` (fused forward + backward).
 
-The first call with a new argument signature (pytree structure, shapes,
-dtypes) traces the function, differentiates the graph, fuses it, emits source
-and compiles it with Numba; later calls with the same signature go straight to
-native code. The compiled program is cached on disk under the hash of its
-source (see codegen/build.py), so another process, or the same function at a
-new batch size with the same graph structure, does not compile again.
+Two cache levels:
+
+* The trace cache (per compiled function, in memory, LRU): keyed on the
+  pytree structure of the arguments, each array's shape and dtype, the kind of
+  each Python scalar, and the values of `static_argnums` arguments; `argnums`,
+  `has_aux` and the target are fixed per `JitFunction`. A miss traces the
+  function (milliseconds) and generates source.
+* The native cache (codegen/build.py): keyed on a content hash of the generated
+  source plus tool versions and the CPU. Sizes are read from the arrays at run
+  time, so a new batch size retraces but reuses the compiled kernel, in this
+  process (the module is already imported) or from disk in a new process.
+
+Python scalars (`int`, `float`, `bool`) are traced as scalar inputs, not baked
+in as constants: a new value reuses the trace. To specialize on a value (a
+flag, a size, a string), pass it through `static_argnums`.
+
+Staleness: each trace records the identity of the globals and closure cells
+the function reads directly (not modules); if one is rebound, the next call
+retraces. In-place changes to a global array are not detected (arrays read
+from globals are constants captured at trace time, as in JAX).
 """
+import collections
 import functools
+import inspect
+import logging
 import os
 import sys
+import threading
 import time
+import types
+import uuid
+import warnings
+import weakref
 
 import numpy as np
 
 from .api import _fname, trace_graph
+from .core import Tensor
 from .tree import tree_flatten, tree_unflatten
+
+log = logging.getLogger("jitgraph")
+
 
 def debug_level():
     """JITGRAPH_DEBUG: 1 prints graphs, 2 adds fusion groups, 3 adds source, 4 adds timings."""
@@ -25,6 +51,43 @@ def debug_level():
         return 0
 
 
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _log_enabled(topic):
+    return topic in os.environ.get("JITGRAPH_LOG", "").replace(",", " ").split()
+
+
+def _log(msg):
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    log.info(msg)
+
+
+class RetraceWarning(UserWarning):
+    """A compiled function has been traced more times than JITGRAPH_RETRACE_WARN allows."""
+
+
+CacheInfo = collections.namedtuple(
+    "CacheInfo", "traces compiles hits disk_hits kernel_reuses entries maxsize evictions")
+CacheInfo.__doc__ = """Counters of one compiled function's caches.
+
+traces: how many times the function was traced (trace-cache misses).
+compiles: native compiles (Numba compiled new machine code).
+hits: calls served by the trace cache.
+disk_hits: traces whose kernel was loaded from the on-disk cache.
+kernel_reuses: traces whose kernel was already compiled in this process (e.g. a new batch size).
+entries / maxsize: current and maximum size of the trace cache; evictions: LRU evictions.
+"""
+
+
 class Lowered:
     """What a compiled function becomes for one signature: inspect `.graph`, `.source`, `.groups`."""
 
@@ -32,6 +95,7 @@ class Lowered:
         self.graph = graph
         self.program = program
         self.timings = timings            # seconds: trace, codegen+compile
+        self.native = None                # "compiled", "disk", "reused" or "python"
 
     @property
     def source(self):
@@ -55,35 +119,89 @@ class Lowered:
     def describe(self):
         return self.program.partition.describe()
 
+    @property
+    def graph_hash(self):
+        """Content hash of the traced graph, constants included (the source hash leaves out
+        the values of floating scalar constants, which are passed at run time)."""
+        import hashlib
+        h = hashlib.sha256(str(self.graph).encode())
+        for n in self.graph.nodes:
+            if n.op == "const":
+                h.update(np.ascontiguousarray(n.value).tobytes())
+        return h.hexdigest()[:24]
+
     def __repr__(self):
         return (f"<Lowered {self.graph.meta.get('name')}: {len(self.graph.nodes)} nodes, "
                 f"{len(self.groups)} fused groups, {len(self.program.partition.steps)} steps>")
 
 
+class _Stale(Exception):
+    """A global or closure cell the trace depended on was rebound."""
+
+
+class _Inline(Exception):
+    """The compiled function was called with recording values (inside another trace)."""
+
+
+def _to_array(a, dt):
+    if isinstance(a, Tensor):
+        raise _Inline
+    return np.ascontiguousarray(a, dt)
+
+
+def _to_scalar(a, dt):
+    if isinstance(a, Tensor):
+        raise _Inline
+    return np.full(1, a, dt)
+
+
+def _pass_device(a, dt):
+    """CUDA target: device arrays pass through; everything else becomes a contiguous host array."""
+    if isinstance(a, Tensor):
+        raise _Inline
+    if hasattr(a, "__cuda_array_interface__"):
+        return a
+    return np.ascontiguousarray(a, dt)
+
+
 class _Entry:
-    """One compiled signature: a small generated Python function that converts the
-    arguments, calls the kernel and rebuilds the output structure (no generic loops
-    on the hot path: this is most of the per-call overhead left after Numba's)."""
+    """One compiled signature: a small generated Python function that checks the
+    trace's global/closure guards, converts the arguments, calls the kernel and
+    rebuilds the output structure (no generic loops on the hot path: this is
+    most of the per-call overhead left after Numba's)."""
 
-    __slots__ = ("lowered", "call")
+    __slots__ = ("lowered", "call", "desc", "guards")
 
-    def __init__(self, lowered):
+    def __init__(self, lowered, guards, desc, target="cpu"):
         graph, prog = lowered.graph, lowered.program
         self.lowered = lowered
+        self.desc = desc
+        self.guards = guards
         n_in = len(graph.inputs)
         lines = ["def call(leaves):"]
+        ns = {"np": np, "kernel": prog.kernel, "dims": np.array(prog.sizes, dtype=np.int64),
+              "Stale": _Stale, "to_array": _pass_device if target == "cuda" else _to_array,
+              "to_scalar": _to_scalar, "MISSING": _MISSING}
+        conds = []
+        for k, (container, key, obj) in enumerate(guards):
+            ns[f"G{k}"], ns[f"O{k}"] = container, obj
+            if isinstance(container, dict):
+                conds.append(f"G{k}.get({key!r}, MISSING) is not O{k}")
+            else:     # a closure cell
+                conds.append(f"G{k}.cell_contents is not O{k}")
+        if conds:
+            lines.append(f"    if {' or '.join(conds)}:")
+            lines.append("        raise Stale")
         names = [f"a{k}" for k in range(n_in)]
         if n_in:
             lines.append(f"    {', '.join(names)}{',' if n_in == 1 else ''} = leaves")
-        ns = {"np": np, "kernel": prog.kernel, "dims": np.array(prog.sizes, dtype=np.int64),
-              "tree_unflatten": tree_unflatten, "out_tree": graph.meta["out_tree"]}
         for k, node in enumerate(graph.inputs):
             ns[f"dt{k}"] = node.dtype
             if node.ndim == 0:
-                lines.append(f"    a{k} = np.full(1, a{k}, dt{k})")
+                lines.append(f"    a{k} = to_scalar(a{k}, dt{k})")
             else:
                 lines.append(f"    if type(a{k}) is not np.ndarray or not a{k}.flags.c_contiguous:")
-                lines.append(f"        a{k} = np.ascontiguousarray(a{k}, dt{k})")
+                lines.append(f"        a{k} = to_array(a{k}, dt{k})")
         consts = []
         for k, c in enumerate(prog.consts):
             ns[f"c{k}"] = c
@@ -97,8 +215,8 @@ class _Entry:
         exec("\n".join(lines), ns)
         self.call = ns["call"]
 
-    def __call__(self, leaves):
-        return self.call(leaves)
+
+_MISSING = object()
 
 
 def _build_tree(td, outs):
@@ -115,6 +233,13 @@ def _build_tree(td, outs):
     return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
 
 
+def _cuda_leaf(x):
+    iface = getattr(x, "__cuda_array_interface__", None)
+    if iface is None:
+        return None
+    return tuple(iface["shape"]), np.dtype(iface["typestr"])
+
+
 def _leaf_key(x):
     if isinstance(x, np.ndarray):
         return (x.shape, x.dtype.char)
@@ -124,67 +249,372 @@ def _leaf_key(x):
         return ("i",)
     if isinstance(x, float):
         return ("f",)
+    dev = _cuda_leaf(x)
+    if dev is not None:
+        return (dev[0], dev[1].char, "cuda")
+    if isinstance(x, Tensor):
+        raise _Inline
     a = np.asarray(x)
     return (a.shape, a.dtype.char, "np")
+
+
+def _leaf_text(x):
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return f"Python {type(x).__name__}"
+    dev = _cuda_leaf(x)
+    if dev is not None:
+        return f"device array shape {dev[0]} {dev[1].name}"
+    a = np.asarray(x)
+    return f"shape {a.shape} {a.dtype.name}"
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _guards(fun):
+    """(container, key, object) triples: the globals and closure cells `fun` reads directly."""
+    fun = inspect.unwrap(fun)
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        return []
+    out = []
+    g = fun.__globals__
+    for name in sorted(_code_names(code)):
+        obj = g.get(name, _MISSING)
+        if obj is _MISSING or isinstance(obj, types.ModuleType):
+            continue
+        out.append((g, name, obj))
+    for cell in fun.__closure__ or ():
+        try:
+            obj = cell.cell_contents
+        except ValueError:     # an empty cell (a name assigned after the function was defined)
+            continue
+        if isinstance(obj, types.ModuleType):
+            continue
+        out.append((cell, None, obj))
+    return out
+
+
+_SHARED = weakref.WeakValueDictionary()   # token -> JitFunction: copies in one process share caches
+_SHARED_LOCK = threading.Lock()
+
+
+def _rebuild(token, fun, options):
+    with _SHARED_LOCK:
+        f = _SHARED.get(token)
+        if f is None:
+            f = JitFunction(fun, **options)
+            f._token = token
+            _SHARED[token] = f
+        return f
 
 
 class JitFunction:
     """A compiled version of `fun`; see `jit` and `jit_grad`."""
 
-    def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba"):
+    def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba",
+                 target="cpu", static_argnums=(), cache_size=None, remat=None):
         if backend not in ("numba", "python"):
             raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
-        self.backend = backend
+        if target not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"target must be 'cpu', 'cuda' or 'auto', got {target!r}")
         self.fun = fun
         self.grad = grad
         self.argnums = argnums
         self.has_aux = has_aux
         self.parallel = parallel
-        self._entries = {}
-        self.compiles = 0
+        self.backend = backend
+        self.target = target
+        self.remat = remat
+        if isinstance(static_argnums, (int, np.integer)):
+            static_argnums = (int(static_argnums),)
+        self.static_argnums = tuple(sorted(set(int(a) for a in static_argnums)))
+        if grad and self.static_argnums:
+            nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
+            both = set(int(a) for a in nums) & set(self.static_argnums)
+            if both:
+                raise ValueError(f"argument(s) {sorted(both)} are both in argnums and static_argnums")
+        self.maxsize = cache_size if cache_size is not None else _env_int("JITGRAPH_TRACE_CACHE_SIZE", 128)
+        self._entries = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self._token = uuid.uuid4().hex
+        self._last_desc = None
+        self._changed = collections.Counter()
+        self._warned = False
+        self._stats = dict(traces=0, compiles=0, hits=0, disk_hits=0, kernel_reuses=0, evictions=0)
+        try:
+            self._params = [p.name for p in inspect.signature(fun).parameters.values()]
+        except (TypeError, ValueError):
+            self._params = []
         functools.update_wrapper(self, fun)
 
-    def _key(self, args):
-        try:
-            # fast path: arrays (and NumPy scalars), keyed on shape and dtype
-            return tuple([(a.shape, a.dtype.char) for a in args]), args
-        except AttributeError:
-            pass
-        leaves, tree = tree_flatten(args)
-        return (tree, tuple(_leaf_key(x) for x in leaves)), leaves
+    # -- the call path -------------------------------------------------------------------------
 
-    def __call__(self, *args):
+    def _key(self, args):
+        if not self.static_argnums:
+            try:
+                # fast path: arrays (and NumPy scalars), keyed on shape and dtype
+                return tuple([(a.shape, a.dtype.char) for a in args]), args
+            except AttributeError:
+                pass
+        statics = []
+        if self.static_argnums:
+            dyn = []
+            for i, a in enumerate(args):
+                if i in self.static_argnums:
+                    try:
+                        hash(a)
+                    except TypeError:
+                        raise TypeError(
+                            f"static argument {i}{self._argname(i)} of {_fname(self.fun)} must be "
+                            f"hashable (it is part of the cache key), got a {type(a).__name__}; "
+                            "pass a tuple instead of a list, or make it a traced argument") from None
+                    statics.append((i, a))
+                else:
+                    dyn.append(a)
+        else:
+            dyn = args
+        leaves, tree = tree_flatten(tuple(dyn))
+        return (tree, tuple(_leaf_key(x) for x in leaves), tuple(statics)), leaves
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = self._bind(args, kwargs)
+        try:
+            key, leaves = self._key(args)
+            entry = self._entries.get(key)
+            if entry is not None:
+                try:
+                    out = entry.call(leaves)
+                except _Stale:
+                    return self._retrace_stale(entry, args)
+                self._stats["hits"] += 1
+                self._entries.move_to_end(key)
+                return out
+        except _Inline:
+            return self._inline(args)
+        if any(isinstance(x, Tensor) for x in leaves):
+            return self._inline(args)
+        try:
+            return self._miss(key, args).call(leaves)
+        except _Inline:
+            return self._inline(args)
+
+    def _bind(self, args, kwargs):
+        try:
+            ba = inspect.signature(self.fun).bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{_fname(self.fun)}: {e}") from None
+        ba.apply_defaults()
+        if ba.kwargs:
+            raise TypeError(f"{_fname(self.fun)}: keyword-only arguments {sorted(ba.kwargs)} are not "
+                            "supported by jit; make them positional")
+        return ba.args
+
+    def _inline(self, args):
+        """Called inside another trace (e.g. under jit_grad or value_and_grad): trace through."""
+        from .api import value_and_grad
+        fun = self.fun
+        if self.grad:
+            return value_and_grad(fun, self.argnums, self.has_aux)(*args)
+        return fun(*args)
+
+    def _retrace_stale(self, entry, args):
+        with self._lock:
+            if _log_enabled("recompiles"):
+                names = []
+                for container, key, obj in entry.guards:
+                    if isinstance(container, dict):
+                        if container.get(key, _MISSING) is not obj:
+                            names.append(f"global `{key}`")
+                    elif container.cell_contents is not obj:
+                        names.append("a closure variable")
+                _log(f"jitgraph: retracing {_fname(self.fun)}: {', '.join(names) or 'a global'} "
+                     "was rebound since it was traced")
+            self._entries.clear()
         key, leaves = self._key(args)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._entries[key] = self._lower(args)
-        return entry.call(leaves)
+        return self._miss(key, args).call(leaves)
+
+    def _miss(self, key, args):
+        with self._lock:     # one trace and one compile however many threads call at once
+            entry = self._entries.get(key)
+            if entry is not None:       # another thread traced it while we waited
+                self._entries.move_to_end(key)
+                self._stats["hits"] += 1
+                return entry
+            desc = self._describe(args)
+            self._explain(desc)
+            entry = self._lower(args, desc)
+            self._entries[key] = entry
+            while len(self._entries) > max(self.maxsize, 1):
+                self._entries.popitem(last=False)
+                self._stats["evictions"] += 1
+            return entry
+
+    # -- explaining retraces -------------------------------------------------------------------
+
+    def _argname(self, i):
+        return f" `{self._params[i]}`" if i < len(self._params) else ""
+
+    def _describe(self, args):
+        desc = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                desc.append(("static", repr(a)))
+                continue
+            leaves, tree = tree_flatten(a)
+            if tree.kind == "leaf":
+                desc.append(("leaf", _leaf_text(a)))
+            else:
+                desc.append(("tree", repr(tree), tuple(_leaf_text(x) for x in leaves)))
+        return tuple(desc)
+
+    def _changes(self, old, new):
+        if old is None:
+            return []
+        if len(old) != len(new):
+            return [(None, f"number of arguments {len(old)} -> {len(new)}")]
+        out = []
+        for i, (o, n) in enumerate(zip(old, new)):
+            if o == n:
+                continue
+            what = f"argument {i}{self._argname(i)}"
+            if o[0] == "static" or n[0] == "static":
+                out.append((i, f"static {what}: {o[1]} -> {n[1]}"))
+            elif o[0] != n[0] or (o[0] == "tree" and o[1] != n[1]):
+                out.append((i, f"{what}: structure {o[1] if o[0] == 'tree' else '*'} -> "
+                               f"{n[1] if n[0] == 'tree' else '*'}"))
+            elif o[0] == "leaf":
+                out.append((i, f"{what}: {o[1]} -> {n[1]}"))
+            else:
+                diffs = [f"leaf {k}: {a} -> {b}" for k, (a, b) in enumerate(zip(o[2], n[2])) if a != b]
+                out.append((i, f"{what}: " + "; ".join(diffs)))
+        return out
+
+    def _explain(self, desc):
+        changes = self._changes(self._last_desc, desc)
+        self._last_desc = desc
+        for i, _ in changes:
+            self._changed[i] += 1
+        name = _fname(self.fun)
+        if changes and _log_enabled("recompiles"):
+            _log(f"jitgraph: retracing {name}: " + "; ".join(c for _, c in changes))
+        limit = _env_int("JITGRAPH_RETRACE_WARN", 16)
+        if not self._warned and self._stats["traces"] + 1 > limit > 0:
+            self._warned = True
+            blame = ""
+            if self._changed:
+                i, n = self._changed.most_common(1)[0]
+                if i is not None:
+                    blame = (f"; argument {i}{self._argname(i)} changed in {n} of them (if it is a "
+                             "size or a flag, consider static_argnums; if it is an array of varying "
+                             "shape, consider padding it to a few fixed sizes)")
+            warnings.warn(f"jitgraph: {name} has been traced {self._stats['traces'] + 1} times"
+                          f"{blame}. Set JITGRAPH_LOG=recompiles to see each retrace, or "
+                          "JITGRAPH_RETRACE_WARN to change this threshold.", RetraceWarning, stacklevel=4)
+
+    # -- lowering ------------------------------------------------------------------------------
+
+    def _split_static(self, args):
+        """(function of the dynamic arguments, dynamic args, argnums among them)."""
+        if not self.static_argnums:
+            return self.fun, args, self.argnums
+        statics = {i: args[i] for i in self.static_argnums if i < len(args)}
+        dyn_pos = [i for i in range(len(args)) if i not in statics]
+        fun = self.fun
+
+        def dynamic(*dyn):
+            full = list(dyn)
+            for i in sorted(statics):
+                full.insert(i, statics[i])
+            return fun(*full)
+
+        dynamic.__name__ = getattr(fun, "__name__", "fun")
+        dynamic.__qualname__ = _fname(fun)
+        argnums = self.argnums
+        if self.grad:
+            remap = {p: j for j, p in enumerate(dyn_pos)}
+            if isinstance(argnums, (int, np.integer)):
+                argnums = remap[int(argnums) % len(args)]
+            else:
+                argnums = tuple(remap[int(a) % len(args)] for a in argnums)
+        return dynamic, tuple(args[i] for i in dyn_pos), argnums
+
+    def _resolved_target(self):
+        if self.target != "auto":
+            return self.target
+        try:
+            from numba import cuda
+            return "cuda" if cuda.is_available() else "cpu"
+        except Exception:
+            return "cpu"
+
+    def _lower(self, args, desc):
+        import codegen
+
+        t0 = time.perf_counter()
+        fun, dyn, argnums = self._split_static(args)
+        target = self._resolved_target()
+        abstract = [_abstract(a) for a in dyn]
+        graph = trace_graph(fun, abstract, argnums, self.has_aux, self.grad)
+        guards = _guards(self.fun)
+        self._stats["traces"] += 1
+        t1 = time.perf_counter()
+        if self.remat is not None or self.grad:
+            graph.meta["remat"] = self.remat
+        program = codegen.compile_graph(graph, parallel=self.parallel, backend=self.backend,
+                                        target=target)
+        leaves, _ = tree_flatten(tuple(dyn))
+        lowered = Lowered(graph, program, {})
+        entry = _Entry(lowered, guards, desc, target)
+        # Numba compiles lazily; run once now so the first call's cost is all here, and
+        # find out whether this was a compile, a disk-cache load or an in-process reuse
+        kernel = program.kernel
+        before = _dispatch_state(kernel)
+        entry.call(leaves)
+        after = _dispatch_state(kernel)
+        if before is None:
+            lowered.native = "python" if self.backend == "python" else "external"
+        elif after[0] == before[0]:
+            lowered.native = "reused"
+            self._stats["kernel_reuses"] += 1
+        elif after[1] > before[1]:
+            lowered.native = "disk"
+            self._stats["disk_hits"] += 1
+        else:
+            lowered.native = "compiled"
+            self._stats["compiles"] += 1
+        t2 = time.perf_counter()
+        lowered.timings.update(trace=t1 - t0, compile=t2 - t1)
+        self._debug(lowered)
+        return entry
+
+    # -- inspection ----------------------------------------------------------------------------
 
     def lower(self, *args):
         """Trace and compile for these arguments (or reuse); returns a `Lowered`."""
         key, _ = self._key(args)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = self._lower(args)
+            entry = self._miss(key, args)
         return entry.lowered
 
-    def _lower(self, args):
-        import codegen
+    def cache_info(self):
+        """A `CacheInfo` with this function's trace/compile/hit counters."""
+        s = self._stats
+        return CacheInfo(s["traces"], s["compiles"], s["hits"], s["disk_hits"], s["kernel_reuses"],
+                         len(self._entries), self.maxsize, s["evictions"])
 
-        t0 = time.perf_counter()
-        graph = trace_graph(self.fun, args, self.argnums, self.has_aux, self.grad)
-        t1 = time.perf_counter()
-        program = codegen.compile_graph(graph, parallel=self.parallel, backend=self.backend)
-        # Numba compiles lazily; compile now so the first call's cost is all here
-        leaves, _ = tree_flatten(tuple(args))
-        lowered = Lowered(graph, program, {})
-        entry = _Entry(lowered)
-        entry.call(leaves)
-        t2 = time.perf_counter()
-        lowered.timings.update(trace=t1 - t0, compile=t2 - t1)
-        self.compiles += 1
-        self._debug(lowered)
-        return entry
+    def clear_cache(self):
+        """Drop every trace of this function (compiled kernels stay cached on disk and in memory)."""
+        with self._lock:
+            self._entries.clear()
+            self._last_desc = None
 
     def _debug(self, lowered):
         level = debug_level()
@@ -200,30 +630,89 @@ class JitFunction:
         if level >= 4:
             t = lowered.timings
             print(f"[jitgraph] {name}: trace {t['trace'] * 1e3:.1f} ms, codegen+compile "
-                  f"{t['compile'] * 1e3:.1f} ms", file=out)
+                  f"{t['compile'] * 1e3:.1f} ms ({lowered.native})", file=out)
+
+    def __reduce__(self):
+        # Pickling sends the function (by reference, or by value under cloudpickle) and the
+        # options, never native code: an unpickled copy retraces once per process and loads
+        # the kernel from the disk cache; copies with the same token share one cache.
+        options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
+                       parallel=self.parallel, backend=self.backend, target=self.target,
+                       static_argnums=self.static_argnums, cache_size=self.maxsize,
+                       remat=self.remat)
+        with _SHARED_LOCK:
+            _SHARED.setdefault(self._token, self)
+        return _rebuild, (self._token, self.fun, options)
+
+    def __get__(self, obj, objtype=None):
+        # decorating a method: bind like a function would
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
 
     def __repr__(self):
         kind = "jit_grad" if self.grad else "jit"
         return f"<jitgraph.{kind} of {_fname(self.fun)}>"
 
 
-def jit_grad(fun=None, *, argnums=0, has_aux=False, parallel=True, backend="numba"):
+def _abstract(a):
+    """A stand-in for tracing: device arrays become empty host arrays of their shape and dtype."""
+    leaves, tree = tree_flatten(a)
+    if not any(hasattr(x, "__cuda_array_interface__") for x in leaves):
+        return a
+    out = []
+    for x in leaves:
+        dev = _cuda_leaf(x)
+        out.append(np.empty(dev[0], dev[1]) if dev is not None else x)
+    return tree_unflatten(tree, out)
+
+
+def _dispatch_state(kernel):
+    """(number of compiled signatures, disk-cache hits) of a Numba dispatcher, else None."""
+    overloads = getattr(kernel, "overloads", None)
+    stats = getattr(kernel, "stats", None)
+    if overloads is None or stats is None:
+        return None
+    return len(overloads), sum(stats.cache_hits.values())
+
+
+def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=True,
+             backend="numba", target="cpu", cache_size=None, remat=None):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
-    Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`. The
-    forward and backward graphs are fused into loops and compiled with Numba;
-    `parallel=False` turns off multi-threaded loops. `backend="python"` runs the
-    same generated source as plain Python (no compile: for debugging and tests).
-    `f.lower(*args)` returns the `Lowered` program (graph, generated source,
-    fusion groups).
+    Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`.
+
+    Args:
+        argnums, has_aux: as in `value_and_grad`.
+        static_argnums: positions of arguments that select the graph (flags, sizes,
+            strings): their values are part of the cache key and must be hashable.
+        parallel: multi-threaded loops (Numba prange) where they pay; False for one thread.
+        backend: "numba" (native), or "python" to run the same generated source as plain
+            Python (no compile: for debugging).
+        target: "cpu", "cuda" (numba.cuda kernels; needs `jitgraph[cuda]`), or "auto"
+            (CUDA when a GPU is present).
+        cache_size: how many signatures the in-memory trace cache keeps (LRU); default
+            $JITGRAPH_TRACE_CACHE_SIZE or 128.
+        remat: activation memory policy: None (store everything), "sqrt", or a byte budget.
+
+    `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
+    groups); `f.cache_info()` the cache counters.
     """
+    opts = dict(argnums=argnums, has_aux=has_aux, static_argnums=static_argnums, parallel=parallel,
+                backend=backend, target=target, cache_size=cache_size, remat=remat)
     if fun is None:
-        return lambda f: JitFunction(f, True, argnums, has_aux, parallel, backend)
-    return JitFunction(fun, True, argnums, has_aux, parallel, backend)
+        return lambda f: JitFunction(f, True, **opts)
+    return JitFunction(fun, True, **opts)
 
 
-def jit(fun=None, *, parallel=True, backend="numba"):
-    """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars."""
+def jit(fun=None, *, static_argnums=(), parallel=True, backend="numba", target="cpu",
+        cache_size=None):
+    """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars.
+
+    Options as in `jit_grad` (without argnums/has_aux/remat).
+    """
+    opts = dict(static_argnums=static_argnums, parallel=parallel, backend=backend, target=target,
+                cache_size=cache_size)
     if fun is None:
-        return lambda f: JitFunction(f, False, parallel=parallel, backend=backend)
-    return JitFunction(fun, False, parallel=parallel, backend=backend)
+        return lambda f: JitFunction(f, False, **opts)
+    return JitFunction(fun, False, **opts)

@@ -198,9 +198,12 @@ def test_new_batch_size_reuses_source_and_kernel():
     w = np.ones((4, 3)) * 0.1
     a = f.lower(w, np.ones((5, 4)))
     b = f.lower(w, np.ones((9, 4)))
-    assert f.compiles == 2  # retraced for the new shape...
+    info = f.cache_info()
+    assert info.traces == 2  # retraced for the new shape...
     assert a.source == b.source and a.path == b.path  # ...but the same code, compiled once
     assert b.program.kernel is a.program.kernel
+    assert info.kernel_reuses == 1 and info.compiles + info.disk_hits == 1
+    assert b.native == "reused"
 
 
 def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():

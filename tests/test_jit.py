@@ -74,7 +74,7 @@ def test_table_through_jit_grad(batch, dtype, backend):
     f = jg.jit_grad(loss, argnums=argnums, has_aux=True, backend=backend)
     for call in ("first", "cached"):
         (v, values), g = f(*flat)
-        assert f.compiles == 1, f"{call} call recompiled"
+        assert f.cache_info().traces == 1, f"{call} call retraced"
         assert np.asarray(v).dtype == np.asarray(v_ref).dtype
         np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol * max(1.0, abs(float(v_ref))))
         for e, got, ref in zip(entries, values, values_ref):

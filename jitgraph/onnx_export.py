@@ -1,0 +1,702 @@
+"""Export traced graphs to ONNX.
+
+`export_onnx(fun, *args, path=...)` traces `fun` exactly as `make_graph` does
+and writes one ONNX model: the forward graph, or with `gradient=True` the joint
+forward+backward graph, whose outputs are the value followed by the flattened
+gradients. `graph_to_onnx(graph)` converts an already traced `Graph`.
+
+Every primitive maps to a small fixed pattern of standard ONNX operators (the
+default domain only), chosen to reproduce the reference interpreter's NumPy
+semantics where plain ONNX operators leave them open:
+
+* `max`/`min` propagate NaN like `np.maximum`/`np.minimum` (select by an explicit
+  comparison instead of ONNX Max/Min), and `reduce_max`/`reduce_min` return NaN
+  for a slice containing NaN, like `np.max`/`np.min`;
+* `expm1` and `log1p` (no ONNX operators) use Kahan's compensated forms, which
+  stay accurate near zero instead of cancelling;
+* `pad_slice` (the adjoint of strided slicing) is built from Pad, Reshape and
+  Slice, `scatter_add` (the adjoint of gather) from ScatterElements with
+  `reduction="add"`, so repeated indices accumulate.
+
+Each ONNX node is named after the IR value it computes (the names `print(graph)`
+uses) and carries that IR line as its doc string; IR values keep their IR names
+inside the model, so a model in Netron reads like the printed graph.
+
+`onnx` is imported only when exporting (`pip install jitgraph[onnx]`).
+"""
+import inspect
+import os
+import uuid
+
+import numpy as np
+
+from .errors import NotSupportedError
+from .tree import tree_flatten
+
+DEFAULT_OPSET = 18
+MIN_OPSET = 13          # ReduceSum axes and Pad pads are inputs from here on
+CONTROL_FLOW_OPS = ("cond", "fori_loop", "scan", "while_loop", "while")
+
+_INT64_MIN = -(2 ** 63)
+
+
+def _import_onnx():
+    try:
+        import onnx
+        from onnx import helper, numpy_helper
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "ONNX export needs the 'onnx' package: pip install jitgraph[onnx] "
+            "(or pip install onnx)", name="onnx") from exc
+    return onnx, helper, numpy_helper
+
+
+# ---- locations and errors --------------------------------------------------------------
+def _node_location(node):
+    """' (at FILE:LINE: source)' for a node that records the user line that created it, else ''."""
+    loc = getattr(node, "loc", None)
+    if not loc:
+        return ""
+    if isinstance(loc, str):
+        return f" (at {loc})"
+    fname, lineno, *rest = loc
+    line = rest[0] if rest else ""
+    return f" (at {fname}:{lineno}: {line})" if line else f" (at {fname}:{lineno})"
+
+
+def _unsupported_error(nodes, names):
+    """One NotSupportedError naming every op of `nodes` (first occurrence and its location)."""
+    first = {}
+    for n in nodes:
+        first.setdefault(n.op, n)
+    parts = []
+    for op, n in first.items():
+        where_ = _node_location(n)
+        if op in CONTROL_FLOW_OPS:
+            parts.append(f"control-flow op '{op}' (value {names[n.id]}){where_} cannot be exported to "
+                         "ONNX yet: no mapping to ONNX If/Loop/Scan is implemented")
+        else:
+            parts.append(f"op '{op}' (value {names[n.id]}){where_} has no ONNX mapping")
+    return NotSupportedError("ONNX export failed: " + "; ".join(parts))
+
+
+# ---- the model builder -------------------------------------------------------------------
+class _Builder:
+    """Collects ONNX nodes and initializers with unique value names."""
+
+    def __init__(self, helper, numpy_helper, opset):
+        self.helper, self.numpy_helper, self.opset = helper, numpy_helper, opset
+        self.nodes, self.initializers = [], []
+        self.used = set()
+        self._small = {}          # (dtype, shape, bytes) -> name, so helper constants are shared
+        self.scope, self.doc = "", ""
+        self._count = 0
+
+    def fresh(self, base):
+        """A value name not used yet: `base`, or `base_1`, `base_2`, ..."""
+        name, k = base, 0
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+    def initializer(self, value, name):
+        # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+        value = np.array(value, order="C", copy=True)
+        self.initializers.append(self.numpy_helper.from_array(value, name))
+        return name
+
+    def const(self, value, dtype=None):
+        """A small helper constant (shapes, axes, fill values), shared by all its uses."""
+        value = np.asarray(value, dtype=dtype)
+        key = (value.dtype.str, value.shape, value.tobytes())
+        if key not in self._small:
+            self._small[key] = self.initializer(value, self.fresh(f"{self.scope or 'k'}_const"))
+        return self._small[key]
+
+    def ints(self, values):
+        return self.const(np.asarray(list(values), dtype=np.int64).reshape(-1))
+
+    def op(self, op_type, inputs, out=None, **attrs):
+        """Append one node; returns its (single) output name."""
+        if out is None:
+            out = self.fresh(f"{self.scope}_{op_type.lower()}" if self.scope else op_type.lower())
+        self._count += 1
+        self.nodes.append(self.helper.make_node(
+            op_type, list(inputs), [out], name=f"{self.scope or 'node'}/{op_type}_{self._count}",
+            doc_string=self.doc, **attrs))
+        return out
+
+    def tensor_type(self, dtype):
+        return self.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+    def cast(self, x, from_dtype, to_dtype):
+        if np.dtype(from_dtype) == np.dtype(to_dtype):
+            return x
+        return self.op("Cast", [x], to=self.tensor_type(to_dtype))
+
+    def fill(self, shape, value, dtype, out=None):
+        """A constant-filled tensor of a static shape, without storing its elements."""
+        v = self.numpy_helper.from_array(np.full((1,), value, dtype=np.dtype(dtype)), "value")
+        return self.op("ConstantOfShape", [self.ints(shape)], out, value=v)
+
+
+# ---- emitters: one per primitive; each writes the node's value into `out` ------------------
+_EMITTERS = {}
+
+
+def _emits(*ops):
+    def register(fn):
+        for op in ops:
+            _EMITTERS[op] = fn
+        return fn
+    return register
+
+
+def _is_float(dtype):
+    return np.dtype(dtype).kind == "f"
+
+
+_SIMPLE = {
+    "abs": "Abs", "sign": "Sign", "sqrt": "Sqrt", "exp": "Exp", "log": "Log",
+    "sin": "Sin", "cos": "Cos", "tan": "Tan", "tanh": "Tanh", "sinh": "Sinh", "cosh": "Cosh",
+    "arctan": "Atan", "stop_gradient": "Identity",
+    "add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow", "matmul": "MatMul",
+}
+
+
+@_emits(*_SIMPLE)
+def _simple(b, node, ins, out):
+    b.op(_SIMPLE[node.op], ins, out)
+
+
+@_emits("neg")
+def _neg(b, node, ins, out):
+    if node.dtype.kind == "u":      # ONNX Neg has no unsigned types; 0 - x wraps like NumPy
+        b.op("Sub", [b.const(0, node.dtype), ins[0]], out)
+    else:
+        b.op("Neg", ins, out)
+
+
+@_emits("div")
+def _div(b, node, ins, out):
+    if not _is_float(node.dtype):
+        # ONNX Div truncates integers; NumPy's true division would not
+        raise NotSupportedError(f"ONNX export: div of {node.dtype.name} operands has no exact ONNX "
+                                f"mapping{_node_location(node)}")
+    b.op("Div", ins, out)
+
+
+@_emits("expm1")
+def _expm1(b, node, ins, out):
+    # Kahan: with u = exp(x), expm1(x) = (u - 1) * x / log(u), exact to a few ulps near 0;
+    # u == 1 means |x| below rounding (answer x), u - 1 == -1 underflow (answer -1), and
+    # u - 1 == u overflow or +inf (answer u)
+    x = ins[0]
+    dt = node.dtype
+    one = b.const(1, dt)
+    u = b.op("Exp", [x])
+    um1 = b.op("Sub", [u, one])
+    r = b.op("Div", [b.op("Mul", [um1, x]), b.op("Log", [u])])
+    r = b.op("Where", [b.op("Equal", [um1, b.const(-1, dt)]), b.const(-1, dt), r])
+    r = b.op("Where", [b.op("Equal", [um1, u]), u, r])
+    b.op("Where", [b.op("Equal", [u, one]), x, r], out)
+
+
+@_emits("log1p")
+def _log1p(b, node, ins, out):
+    # Kahan: with u = 1 + x, log1p(x) = log(u) * x / (u - 1); u == 1 means x below rounding
+    # (answer x); u - 1 == x means no rounding happened, incl. x = +-inf (answer log(u))
+    x = ins[0]
+    one = b.const(1, node.dtype)
+    u = b.op("Add", [x, one])
+    um1 = b.op("Sub", [u, one])
+    lu = b.op("Log", [u])
+    r = b.op("Div", [b.op("Mul", [lu, x]), um1])
+    r = b.op("Where", [b.op("Equal", [um1, x]), lu, r])
+    b.op("Where", [b.op("Equal", [u, one]), x, r], out)
+
+
+@_emits("integer_pow")
+def _integer_pow(b, node, ins, out):
+    p = int(node.p["p"])
+    x = ins[0]
+    if p == 0:                      # NumPy: x ** 0 == 1 even for nan and inf
+        b.fill(node.shape, 1, node.dtype, out)
+    elif p == 1:
+        b.op("Identity", [x], out)
+    elif p == 2:                    # what NumPy computes for ** 2: one rounding, like np.square
+        b.op("Mul", [x, x], out)
+    elif p == -1 and _is_float(node.dtype):
+        b.op("Reciprocal", [x], out)
+    elif p < 0 and not _is_float(node.dtype):
+        raise NotSupportedError(f"ONNX export: integer_pow with p={p} on {node.dtype.name} "
+                                f"(NumPy raises for negative integer powers){_node_location(node)}")
+    else:
+        b.op("Pow", [x, b.const(p, node.dtype)], out)
+
+
+_MINMAX = {"max": ("Max", "Greater", "Or"), "min": ("Min", "Less", "And")}
+
+
+@_emits("max", "min")
+def _maxmin(b, node, ins, out):
+    onnx_op, cmp_op, bool_op = _MINMAX[node.op]
+    a, c = ins
+    if node.dtype == np.bool_:
+        b.op(bool_op, ins, out)
+    elif _is_float(node.dtype):
+        # np.maximum(a, b) is a if (a > b or isnan(a)) else b: NaN in either operand propagates
+        # (ONNX Max leaves NaN unspecified), and ties (incl. -0.0 vs 0.0) give b, as NumPy does
+        take_a = b.op("Or", [b.op(cmp_op, [a, c]), b.op("IsNaN", [a])])
+        b.op("Where", [take_a, a, c], out)
+    else:
+        b.op(onnx_op, ins, out)
+
+
+_COMPARE = {"lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual"}
+
+
+@_emits(*_COMPARE)
+def _compare(b, node, ins, out):
+    dt = node.inputs[0].dtype
+    if dt == np.bool_:              # ONNX orderings have no bool type; False < True as 0 < 1
+        ins = [b.cast(i, dt, np.uint8) for i in ins]
+    b.op(_COMPARE[node.op], ins, out)
+
+
+@_emits("eq")
+def _eq(b, node, ins, out):
+    b.op("Equal", ins, out)
+
+
+@_emits("ne")
+def _ne(b, node, ins, out):
+    b.op("Not", [b.op("Equal", ins)], out)
+
+
+@_emits("and", "or")
+def _logical(b, node, ins, out):
+    ins = [b.cast(i, x.dtype, np.bool_) for i, x in zip(ins, node.inputs)]
+    b.op("And" if node.op == "and" else "Or", ins, out)
+
+
+@_emits("not")
+def _not(b, node, ins, out):
+    b.op("Not", [b.cast(ins[0], node.inputs[0].dtype, np.bool_)], out)
+
+
+@_emits("where")
+def _where(b, node, ins, out):
+    b.op("Where", [b.cast(ins[0], node.inputs[0].dtype, np.bool_), ins[1], ins[2]], out)
+
+
+@_emits("cast")
+def _cast(b, node, ins, out):
+    if node.inputs[0].dtype == node.dtype:
+        b.op("Identity", ins, out)
+    else:
+        # float -> bool is x != 0 (NaN -> True) in both NumPy and ONNX; float -> int truncates
+        b.op("Cast", ins, out, to=b.tensor_type(node.dtype))
+
+
+# ---- reductions ----------------------------------------------------------------------------
+_REDUCE = {"reduce_sum": "ReduceSum", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin",
+           "reduce_prod": "ReduceProd"}
+
+
+def _reduce(b, op_type, x, axes, out=None):
+    # ReduceSum takes axes as an input from opset 13, the others from opset 18
+    if op_type == "ReduceSum" or b.opset >= 18:
+        return b.op(op_type, [x, b.ints(axes)], out, keepdims=0)
+    return b.op(op_type, [x], out, axes=list(axes), keepdims=0)
+
+
+@_emits(*_REDUCE)
+def _reduction(b, node, ins, out):
+    axes = tuple(node.p["axes"])
+    x, dt = ins[0], node.dtype
+    op_type = _REDUCE[node.op]
+    if not axes:                    # ONNX would read empty axes as "all axes"
+        b.op("Identity", [x], out)
+    elif dt == np.bool_:
+        # the IR's bool reductions cast NumPy's result back to bool: sum and max are "any",
+        # prod and min are "all"; ONNX reductions take no bools, so reduce 0/1 integers
+        any_all = "ReduceMax" if node.op in ("reduce_sum", "reduce_max") else "ReduceMin"
+        r = _reduce(b, any_all, b.cast(x, dt, np.int32), axes)
+        b.op("Cast", [r], out, to=b.tensor_type(np.bool_))
+    elif _is_float(dt) and node.op in ("reduce_max", "reduce_min"):
+        # np.max of a slice containing NaN is NaN; ONNX leaves it unspecified
+        r = _reduce(b, op_type, x, axes)
+        has_nan = _reduce(b, "ReduceMax", b.cast(b.op("IsNaN", [x]), np.bool_, dt), axes)
+        b.op("Where", [b.cast(has_nan, dt, np.bool_), b.const(np.nan, dt), r], out)
+    else:
+        _reduce(b, op_type, x, axes, out)
+
+
+# ---- shape ops ---------------------------------------------------------------------------------
+@_emits("reshape")
+def _reshape(b, node, ins, out):
+    attrs = {"allowzero": 1} if 0 in node.shape and b.opset >= 14 else {}
+    if 0 in node.shape and b.opset < 14:
+        # before opset 14 a 0 in the target shape means "copy that input dim"
+        b.fill(node.shape, 0, node.dtype, out)
+        return
+    b.op("Reshape", [ins[0], b.ints(node.shape)], out, **attrs)
+
+
+@_emits("transpose")
+def _transpose(b, node, ins, out):
+    b.op("Transpose", ins, out, perm=list(node.p["perm"]))
+
+
+@_emits("broadcast")
+def _broadcast(b, node, ins, out):
+    # Expand broadcasts like NumPy, including the leading dims `broadcast` may add
+    b.op("Expand", [ins[0], b.ints(node.shape)], out)
+
+
+def _slice_ranges(in_shape, starts, stops, steps):
+    """Per axis (start, end, step) for ONNX Slice, or None where the axis is kept whole.
+
+    The IR keeps Python's normalized `slice.indices` triples, where a negative step
+    may stop at -1 ("before index 0"); ONNX would read -1 as "the last index", so
+    that end becomes INT64_MIN, which ONNX clamps to before index 0.
+    """
+    out = []
+    for n, a, e, c in zip(in_shape, starts, stops, steps):
+        count = len(range(a, e, c))
+        if count == n and c == 1:
+            out.append(None)
+        elif count == 0:
+            out.append((0, 0, 1))
+        elif c > 0:
+            out.append((a, a + (count - 1) * c + 1, c))
+        else:
+            last = a + (count - 1) * c        # smallest index read, >= 0
+            out.append((a, last - 1 if last >= 1 else _INT64_MIN, c))
+    return out
+
+
+@_emits("slice")
+def _slice(b, node, ins, out):
+    p = node.p
+    ranges = _slice_ranges(node.inputs[0].shape, p["starts"], p["stops"], p["steps"])
+    axes = [i for i, r in enumerate(ranges) if r is not None]
+    if not axes:
+        b.op("Identity", ins, out)
+        return
+    b.op("Slice", [ins[0], b.ints(ranges[i][0] for i in axes), b.ints(ranges[i][1] for i in axes),
+                   b.ints(axes), b.ints(ranges[i][2] for i in axes)], out)
+
+
+@_emits("pad_slice")
+def _pad_slice(b, node, ins, out):
+    p = node.p
+    full = node.shape
+    xs = list(node.inputs[0].shape)
+    if 0 in xs or 0 in full:        # nothing is written: all zeros
+        b.fill(full, 0, node.dtype, out)
+        return
+    x = ins[0]
+    # 1. reverse the axes read with a negative step, so every axis is written in ascending order
+    rev = [i for i, c in enumerate(p["steps"]) if c < 0 and xs[i] > 1]
+    if rev:
+        x = b.op("Slice", [x, b.ints([-1] * len(rev)), b.ints([_INT64_MIN] * len(rev)), b.ints(rev),
+                           b.ints([-1] * len(rev))])
+    lo, hi = [], []
+    for i, (a, c) in enumerate(zip(p["starts"], p["steps"])):
+        n, s = xs[i], abs(c)
+        first = a if c > 0 else a + (n - 1) * c
+        lo.append(first)
+        hi.append(first + (n - 1) * s + 1)
+        if s > 1 and n > 1:
+            # 2. dilate: (.., n, ..) -> (.., n, 1, ..) -> pad to (.., n, s, ..) -> (.., n*s, ..),
+            # then drop the s-1 zeros after the last element
+            split = xs[:i + 1] + [1] + xs[i + 1:]
+            x = b.op("Reshape", [x, b.ints(split)])
+            pads = [0] * (2 * len(split))
+            pads[len(split) + i + 1] = s - 1
+            x = b.op("Pad", [x, b.ints(pads)])
+            x = b.op("Reshape", [x, b.ints(xs[:i] + [n * s] + xs[i + 1:])])
+            x = b.op("Slice", [x, b.ints([0]), b.ints([(n - 1) * s + 1]), b.ints([i]), b.ints([1])])
+            xs[i] = (n - 1) * s + 1
+    # 3. zero padding around the written block
+    pads = lo + [f - h for f, h in zip(full, hi)]
+    if any(pads):
+        b.op("Pad", [x, b.ints(pads)], out)
+    else:
+        b.op("Identity", [x], out)
+
+
+@_emits("concatenate")
+def _concatenate(b, node, ins, out):
+    b.op("Concat", ins, out, axis=int(node.p["axis"]))
+
+
+def _index(b, name, dtype):
+    """An index tensor as int64 (ONNX indexing ops take int32 or int64 only)."""
+    return name if np.dtype(dtype) in (np.int32, np.int64) else b.cast(name, dtype, np.int64)
+
+
+@_emits("gather")
+def _gather(b, node, ins, out):
+    # np.take and ONNX Gather agree, negative indices included
+    b.op("Gather", [ins[0], _index(b, ins[1], node.inputs[1].dtype)], out, axis=int(node.p["axis"]))
+
+
+@_emits("scatter_add")
+def _scatter_add(b, node, ins, out):
+    if b.opset < 16:
+        raise NotSupportedError(f"ONNX export: scatter_add (the gradient of indexing) needs opset >= 16 "
+                                f"for ScatterElements(reduction='add'), got opset {b.opset}"
+                                f"{_node_location(node)}")
+    g, idx = node.inputs
+    axis = int(node.p["axis"])
+    k = idx.ndim
+    count = idx.size
+    if count == 0:
+        b.fill(node.shape, 0, node.dtype, out)
+        return
+    # updates: g with the index dims flattened to one axis; indices: idx along that axis, the
+    # same for every other position; repeated indices accumulate through reduction="add"
+    upd_shape = list(g.shape[:axis]) + [count] + list(g.shape[axis + k:])
+    upd = ins[0] if list(g.shape) == upd_shape else b.op("Reshape", [ins[0], b.ints(upd_shape)])
+    ind_shape = [1] * axis + [count] + [1] * (len(upd_shape) - axis - 1)
+    ind = b.op("Reshape", [_index(b, ins[1], idx.dtype), b.ints(ind_shape)])
+    if ind_shape != upd_shape:
+        ind = b.op("Expand", [ind, b.ints(upd_shape)])
+    zeros = b.fill(node.shape, 0, node.dtype)
+    b.op("ScatterElements", [zeros, ind, upd], out, axis=axis, reduction="add")
+
+
+def supported_ops():
+    """The primitive names `graph_to_onnx` can export."""
+    return frozenset(_EMITTERS)
+
+
+# ---- graph -> model ------------------------------------------------------------------------
+def _unique(names, reserved=()):
+    """`names` made distinct from each other and from `reserved` by `_1`, `_2`, ... suffixes."""
+    seen, out = set(reserved), []
+    for n in names:
+        base, k = n, 0
+        while n in seen:
+            k += 1
+            n = f"{base}_{k}"
+        seen.add(n)
+        out.append(n)
+    return out
+
+
+def default_output_names(graph):
+    """`value`, `grad_0`, ..., `aux_0`, ... for a joint graph; `value` or `value_0`, ... otherwise."""
+    n = len(graph.outputs)
+    if graph.meta.get("grad"):
+        n_grads = len(_grad_inputs(graph)) if graph.meta.get("in_tree") is not None else n - 1
+        names = ["value"] + [f"grad_{i}" for i in range(n_grads)]
+        return names + [f"aux_{i}" for i in range(n - len(names))]
+    return ["value"] if n == 1 else [f"value_{i}" for i in range(n)]
+
+
+def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=None):
+    """Convert a traced `Graph` into a checked `onnx.ModelProto`.
+
+    Args:
+        graph: a graph from `trace_graph` / `make_graph` (forward or joint).
+        input_names: one name per `graph.inputs` (default `input_0`, ...).
+        output_names: one name per `graph.outputs` (default: `value`, then
+            `grad_0`, ... for a joint graph, then `aux_0`, ...).
+        opset: ONNX opset version of the default domain (default 18; at least 13,
+            and 16 where the graph has `scatter_add`).
+        name: the ONNX graph name (default: the traced function's name).
+
+    Raises:
+        NotSupportedError: an op without an ONNX mapping (control flow, for now);
+            the message names every such op and, where recorded, the user line.
+    """
+    onnx, helper, numpy_helper = _import_onnx()
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise ValueError(f"opset must be between {MIN_OPSET} and {onnx.defs.onnx_opset_version()} "
+                         f"(the installed onnx), got {opset}")
+    ir_names = graph.names()
+    missing = [n for n in graph.nodes if n.op not in ("input", "const") and n.op not in _EMITTERS]
+    if missing:
+        raise _unsupported_error(missing, ir_names)
+
+    # output names are the model's documented interface: an input that collides is renamed
+    output_names = _unique(output_names or default_output_names(graph))
+    input_names = _unique(input_names or [f"input_{i}" for i in range(len(graph.inputs))],
+                          reserved=output_names)
+    if len(input_names) != len(graph.inputs) or len(output_names) != len(graph.outputs):
+        raise ValueError(f"graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, "
+                         f"got {len(input_names)} input names and {len(output_names)} output names")
+
+    b = _Builder(helper, numpy_helper, opset)
+    b.used.update(input_names)
+    b.used.update(output_names)
+    value = {n.id: nm for n, nm in zip(graph.inputs, input_names)}
+    # an output computed by a node takes the output's name directly; inputs, constants and
+    # repeated outputs get an Identity
+    direct = {}
+    for node, nm in zip(graph.outputs, output_names):
+        if node.op not in ("input", "const") and node.id not in direct:
+            direct[node.id] = nm
+
+    value_info = []
+    for node in graph.nodes:
+        if node.op == "input":
+            continue
+        ir = ir_names[node.id]
+        if node.op == "const":
+            value[node.id] = b.initializer(node.value, b.fresh(ir))
+            continue
+        out = direct.get(node.id) or b.fresh(ir)
+        value[node.id] = out
+        # the doc string is the IR line spelled with the model's value names
+        b.scope, b.doc = ir, graph.node_line(node, value)
+        _EMITTERS[node.op](b, node, [value[i.id] for i in node.inputs], out)
+        if node.id not in direct:
+            value_info.append(helper.make_tensor_value_info(out, b.tensor_type(node.dtype), node.shape))
+    b.scope, b.doc = "", ""
+    for node, nm in zip(graph.outputs, output_names):
+        if direct.get(node.id) != nm:
+            b.op("Identity", [value[node.id]], nm)
+
+    grad_of = _grad_inputs(graph)
+    outputs = []
+    for k, (node, nm) in enumerate(zip(graph.outputs, output_names)):
+        vi = helper.make_tensor_value_info(nm, b.tensor_type(node.dtype), node.shape)
+        if k in grad_of:
+            vi.doc_string = f"gradient with respect to input '{input_names[grad_of[k]]}'"
+        outputs.append(vi)
+    inputs = [helper.make_tensor_value_info(nm, b.tensor_type(n.dtype), n.shape)
+              for n, nm in zip(graph.inputs, input_names)]
+    gname = name or graph.meta.get("name") or "jitgraph"
+    onnx_graph = helper.make_graph(
+        b.nodes, str(gname), inputs, outputs, initializer=b.initializers, value_info=value_info,
+        doc_string=("joint forward+backward graph" if graph.meta.get("grad") else "forward graph")
+        + f" of {gname}, traced by jitgraph")
+    opsets = [helper.make_opsetid("", opset)]
+    import jitgraph
+    model = helper.make_model(
+        onnx_graph, opset_imports=opsets, producer_name="jitgraph",
+        producer_version=getattr(jitgraph, "__version__", ""),
+        ir_version=helper.find_min_ir_version_for(opsets))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _grad_inputs(graph):
+    """Map output position -> input position for the gradient outputs of a joint graph."""
+    if not graph.meta.get("grad") or graph.meta.get("in_tree") is None:
+        return {}
+    in_tree = graph.meta["in_tree"]
+    starts, k = [], 0
+    for child in in_tree.children:
+        starts.append(k)
+        k += child.num_leaves
+    leaves = [starts[a] + j for a in graph.meta.get("argnums", ())
+              for j in range(in_tree.children[a].num_leaves)]
+    return {1 + i: leaf for i, leaf in enumerate(leaves)}
+
+
+def argument_input_names(fun, args):
+    """Sensible names for the flattened leaves of `args`: parameter names, then pytree paths.
+
+    `f(w, params, xs)` with `params = {"W": ., "b": .}` and `xs = (x0, x1)` gives
+    `w`, `params.W`, `params.b`, `xs.0`, `xs.1`. Arguments beyond the named
+    parameters (or of a function without a signature) are `arg0`, `arg1`, ...
+    """
+    params = []
+    try:
+        sig = inspect.signature(fun)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        for p in sig.parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                params.append(p.name)
+            elif p.kind == p.VAR_POSITIONAL:
+                params += [f"{p.name}{i}" for i in range(len(args) - len(params))]
+                break
+    names = []
+
+    def walk(td, prefix):
+        if td.kind == "leaf":
+            names.append(prefix)
+        elif td.kind == "dict":
+            for key, child in zip(td.meta, td.children):
+                walk(child, f"{prefix}.{key}")
+        else:
+            for i, child in enumerate(td.children):
+                walk(child, f"{prefix}.{i}")
+
+    for a, arg in enumerate(args):
+        walk(tree_flatten(arg)[1], params[a] if a < len(params) else f"arg{a}")
+    return _unique(names)
+
+
+def export_onnx(fun, *example_args, path=None, gradient=False, argnums=0, has_aux=False, opset=None):
+    """Trace `fun` on `example_args` and export the graph as an ONNX model.
+
+    Args:
+        fun: a NumPy function, as for `make_graph`.
+        *example_args: arguments fixing the shapes and dtypes (pytrees allowed);
+            their values are not stored, only constants computed inside `fun` are.
+        path: where to write the `.onnx` file. The file is written atomically (a
+            temporary file beside it, then renamed), so a failed export leaves
+            `path` untouched. With `path=None` nothing is written and the
+            `onnx.ModelProto` is returned.
+        gradient: export the joint forward+backward graph: outputs are the value
+            (`value`), then the gradients of the `argnums` leaves in order
+            (`grad_0`, `grad_1`, ...), then aux leaves (`aux_0`, ...).
+        argnums, has_aux: as for `value_and_grad` (used with `gradient=True`).
+        opset: ONNX opset (default 18).
+
+    The model's inputs are every argument's pytree leaves in order, differentiated
+    or not, named after the parameters (`w`, `params.W`, `xs.0`, ...). Without
+    `gradient`, the outputs are the leaves of `fun`'s result (`value`, or
+    `value_0`, `value_1`, ...).
+
+    Returns:
+        `path` (as a string), or the `ModelProto` when `path` is None.
+
+    Raises:
+        NotSupportedError: `fun` uses an op with no ONNX mapping (e.g. control
+            flow); nothing is written.
+        ModuleNotFoundError: the `onnx` package is missing (`pip install jitgraph[onnx]`).
+    """
+    _import_onnx()
+    from .api import trace_graph
+
+    graph = trace_graph(fun, example_args, argnums, has_aux, grad=gradient)
+    model = graph_to_onnx(graph, input_names=argument_input_names(fun, example_args), opset=opset)
+    if path is None:
+        return model
+    path = os.fspath(path)
+    _write_atomically(model, path)
+    return path
+
+
+def _write_atomically(model, path):
+    directory = os.path.dirname(os.path.abspath(path))
+    # same directory, so os.replace is a rename on one file system; "xb" honours the umask
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(model.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+__all__ = ["export_onnx", "graph_to_onnx", "argument_input_names", "supported_ops"]

@@ -1,0 +1,362 @@
+"""ONNX export: every program of the per-op spec table, run by ONNX Runtime on fresh inputs.
+
+Each exported model (forward, and the joint graph with `gradient=True`) is run
+on new random inputs, not the example arguments it was traced with, and
+compared with the reference interpreter on the same graph, in float64 and
+float32. Also: NaN semantics of max/min, accuracy of expm1/log1p, input and
+output naming for pytrees, atomic writes, and the errors for ops with no
+mapping and for a missing `onnx` package.
+"""
+import os
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph import onnx_export
+from jitgraph.errors import NotSupportedError
+from jitgraph.graph import Graph, Node
+from jitgraph.interpreter import evaluate
+from jitgraph.onnx_export import CONTROL_FLOW_OPS, export_onnx, graph_to_onnx, supported_ops
+from jitgraph.prims import PRIMS
+from jitgraph.tree import tree_flatten
+
+from test_ops import TABLE, _id, _sample, diff_argnums, make_args
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+pytestmark = pytest.mark.xdist_group("onnx")
+
+# (ONNX op, dtype) pairs ONNX Runtime's CPU provider does not implement: the model is valid
+# ONNX, but there is nothing to run it with
+ORT_GAPS = {("Tan", "float64"), ("Sinh", "float64"), ("Cosh", "float64"), ("Atan", "float64")}
+
+TOL = {np.float64: 1e-12, np.float32: 2e-5}
+
+
+def session(model):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def run_model(model, leaves):
+    """Run `model` on flat leaves; skips for ops ONNX Runtime does not implement for the dtype."""
+    try:
+        sess = session(model)
+    except Exception as exc:   # onnxruntime raises its own exception types
+        gaps = [g for g in ORT_GAPS if f"implementation for {g[0]}(" in str(exc)]
+        if "NOT_IMPLEMENTED" in str(exc) and gaps:
+            pytest.skip(f"ONNX Runtime has no CPU kernel for {gaps[0][0]} in {gaps[0][1]}")
+        raise
+    feeds = {i.name: v for i, v in zip(model.graph.input, leaves)}
+    return sess.run(None, feeds)
+
+
+def flat_inputs(graph, args):
+    leaves, _ = tree_flatten(tuple(args))
+    return [np.asarray(v, dtype=n.dtype) for n, v in zip(graph.inputs, leaves)]
+
+
+def fresh_args(entry, dtype):
+    """New random values for the entry's array arguments (literal arguments are kept)."""
+    rng = np.random.default_rng(zlib.crc32(repr(("onnx", entry.name, entry.specs)).encode()))
+    domains = entry.domain if isinstance(entry.domain, tuple) else (entry.domain,) * len(entry.specs)
+    return [_sample(rng, s, d).astype(dtype) if isinstance(s, tuple) else s
+            for s, d in zip(entry.specs, domains)]
+
+
+def assert_outputs_match(got, ref, rtol, atol_scale=None):
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
+        if r.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, r)
+            continue
+        scale = max(1.0, float(np.max(np.abs(r), initial=0.0))) if atol_scale is None else atol_scale
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * scale)
+
+
+def check_program(fn, example_args, new_args, argnums, dtype, gradient):
+    """Export fn, run it on new_args with ONNX Runtime, compare with the interpreter."""
+    model = export_onnx(fn, *example_args, gradient=gradient, argnums=argnums)
+    graph = jg.make_graph(fn, argnums, grad=gradient)(*example_args)
+    leaves = flat_inputs(graph, new_args)
+    ref = evaluate(graph, *leaves)
+    got = run_model(model, leaves)
+    assert_outputs_match(got, ref, TOL[dtype])
+    return model, graph
+
+
+# ---- the spec table ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("entry", TABLE, ids=_id)
+def test_table_program(entry, dtype):
+    example = make_args(entry, dtype)
+    new = fresh_args(entry, dtype)
+    argnums = diff_argnums(entry)
+    for gradient in (False, True):
+        model, graph = check_program(entry.fn, example, new, argnums, dtype, gradient)
+        names = [o.name for o in model.graph.output]
+        if gradient:
+            assert names == ["value"] + [f"grad_{i}" for i in range(len(graph.outputs) - 1)]
+        else:
+            assert names == ["value"]
+
+
+def _extra_programs():
+    """(name, fn, example args, new args) for the paths the float table does not reach:
+    integers, booleans, casts, integer index inputs, Python scalar arguments."""
+    r1, r2 = np.random.default_rng(11), np.random.default_rng(12)
+    x, x2 = r1.standard_normal((3, 4)), r2.standard_normal((3, 4))
+    i, i2 = r1.integers(-3, 4, (3, 4)), r2.integers(-3, 4, (3, 4))
+    j, j2 = r1.integers(-3, 4, (3, 4)), r2.integers(-3, 4, (3, 4))
+    return [
+        ("int-arith", lambda a, b: (a * b - a + np.maximum(a, b) - np.minimum(a, -b)) ** 3 + abs(a),
+         (i, j), (i2, j2)),
+        ("int-reduce", lambda a: (np.sum(a, axis=0), np.max(a, axis=1), np.min(a), np.prod(a[:, :2], 1)),
+         (i,), (i2,)),
+        ("int-compare", lambda a, b: (a < b, a <= b, a > b, a >= b, a == b, a != b), (i, j), (i2, j2)),
+        ("mixed-cast", lambda x, a: x * a + a.astype(np.float32), (x, i), (x2, i2)),
+        ("bool-logic", lambda x, y: np.logical_and(x > 0, y > 0) | ~(x < y), (x, x2), (x2, x)),
+        ("bool-count", lambda x: np.sum(np.where(x > 0, x, 0.0)) + np.sum(x > 0), (x,), (x2,)),
+        ("int32-index", lambda x, k: x[k] * 2.0, (x, np.array([-1, 0, 2, -3], np.int32)),
+         (x2, np.array([2, -2, 0, 1], np.int32))),
+        ("uint8-index", lambda x, k: np.take(x, k, axis=1), (x, np.array([3, 0, 3], np.uint8)),
+         (x2, np.array([1, 2, 1], np.uint8))),
+        ("scalar-args", lambda x, s, n: x * s + n, (x, 0.5, 3), (x2, -1.25, 7)),
+        ("bool-order-reduce", lambda x, y: ((x > 0) < (y > 0), np.maximum(x > 0, y > 0),
+                                            np.minimum(x > 0, y > 0), np.max(x > 0, axis=0),
+                                            np.min(y > 0, axis=1), np.prod(x > 0)),
+         (x, x2), (x2, x)),
+        ("uint8-neg", lambda x: -(x > 0).astype(np.uint8), (x,), (x2,)),
+    ]
+
+
+EXTRA = _extra_programs()
+
+
+@pytest.mark.parametrize("name,fn,args,new", EXTRA, ids=[p[0] for p in EXTRA])
+def test_extra_program(name, fn, args, new):
+    _, graph = check_program(fn, args, new, 0, np.float64, gradient=False)
+    out = graph.outputs[0]
+    if len(graph.outputs) == 1 and out.shape == () and out.dtype.kind == "f":
+        check_program(fn, args, new, 0, np.float64, gradient=True)
+
+
+def test_every_prim_maps_and_is_covered():
+    """Each primitive except control flow has an ONNX mapping, and the tests above run it."""
+    unmapped = set(PRIMS) - set(CONTROL_FLOW_OPS) - supported_ops()
+    assert not unmapped, f"prims without an ONNX mapping: {sorted(unmapped)}"
+    covered = set()
+    for entry in TABLE:
+        args = make_args(entry, np.float64)
+        for grad in (False, True):
+            covered |= {n.op for n in jg.make_graph(entry.fn, diff_argnums(entry), grad=grad)(*args).nodes}
+    for _, fn, args, _ in EXTRA:
+        covered |= {n.op for n in jg.make_graph(fn)(*args).nodes}
+    missing = supported_ops() - covered
+    assert not missing, f"mapped prims no test program exercises: {sorted(missing)}"
+
+
+# ---- semantics ONNX leaves open ------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_max_min_propagate_nan_like_numpy(dtype):
+    a = np.array([[1.0, np.nan, 2.0], [np.nan, -0.5, 3.0]], dtype)
+    b = np.array([[np.nan, 1.0, 3.0], [np.nan, 0.5, -1.0]], dtype)
+
+    def f(a, b):
+        return (np.maximum(a, b), np.minimum(a, b), np.max(a, axis=1), np.min(a, axis=0),
+                np.max(b), np.min(b[:, 1:]))
+
+    model = export_onnx(f, a, b)
+    got = run_model(model, [a, b])
+    for g, r in zip(got, f(a, b)):
+        assert g.dtype == dtype
+        np.testing.assert_array_equal(g, r)     # nan == nan here
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_expm1_log1p_accurate_near_zero_and_at_extremes(dtype):
+    x = np.array([0.0, 1e-30, -1e-30, 1e-12, -1e-12, 1e-6, -1e-6, 0.3, -0.3, 1.0, -1.0, 20.0, -50.0,
+                  80.0, np.inf, -np.inf, np.nan], dtype)
+    y = np.concatenate([np.abs(x), np.array([-0.5, -1.0, -2.0, -1e-9], dtype)])
+    model = export_onnx(lambda x, y: (np.expm1(x), np.log1p(y)), x, y)
+    with np.errstate(all="ignore"):
+        ref = [np.expm1(x), np.log1p(y)]
+    eps = np.finfo(dtype).eps
+    for got, want in zip(run_model(model, [x, y]), ref):
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(got[~finite], want[~finite])
+        rel = np.abs(got[finite] - want[finite]) / np.maximum(np.abs(want[finite]), np.finfo(dtype).tiny)
+        assert np.max(rel) <= 4 * eps, np.max(rel)
+
+
+# ---- naming, pytrees, structure -------------------------------------------------------------------
+def test_pytree_arguments_and_names():
+    rng = np.random.default_rng(2)
+    params = {"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3)}
+    batch = (rng.standard_normal((5, 4)), rng.standard_normal((5, 3)))
+
+    def loss(params, batch, scale):
+        x, y = batch
+        return scale * np.sum((np.tanh(x @ params["W"] + params["b"]) - y) ** 2)
+
+    model = export_onnx(loss, params, batch, 0.5, gradient=True, argnums=0)
+    assert [i.name for i in model.graph.input] == ["params.W", "params.b", "batch.0", "batch.1", "scale"]
+    assert [o.name for o in model.graph.output] == ["value", "grad_0", "grad_1"]
+    docs = {o.name: o.doc_string for o in model.graph.output}
+    assert "params.W" in docs["grad_0"] and "params.b" in docs["grad_1"]
+
+    new_params = {"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3)}
+    new_batch = (rng.standard_normal((5, 4)), rng.standard_normal((5, 3)))
+    got = run_model(model, [new_params["W"], new_params["b"], *new_batch, np.asarray(2.0)])
+    graph = jg.make_graph(loss, 0, grad=True)(params, batch, 0.5)
+    v_ref, g_ref = jg.eval_graph(graph, new_params, new_batch, 2.0)
+    np.testing.assert_allclose(got[0], v_ref, rtol=1e-12)
+    np.testing.assert_allclose(got[1], g_ref["W"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[2], g_ref["b"], rtol=1e-12, atol=1e-12)
+    e_v, e_g = jg.value_and_grad(loss)(new_params, new_batch, 2.0)
+    np.testing.assert_allclose(got[0], e_v, rtol=1e-12)
+    np.testing.assert_allclose(got[1], e_g["W"], rtol=1e-10, atol=1e-12)
+
+
+def test_argnums_tuple_has_aux_and_multiple_outputs():
+    rng = np.random.default_rng(3)
+    w, x = rng.standard_normal(4), rng.standard_normal(4)
+
+    def f(w, x):
+        r = np.sin(w * x)
+        return np.sum(r ** 2), {"r": r, "m": np.max(r)}
+
+    model = export_onnx(f, w, x, gradient=True, argnums=(1, 0), has_aux=True)
+    assert [o.name for o in model.graph.output] == ["value", "grad_0", "grad_1", "aux_0", "aux_1"]
+    assert "'x'" in model.graph.output[1].doc_string and "'w'" in model.graph.output[2].doc_string
+    w2, x2 = rng.standard_normal(4), rng.standard_normal(4)
+    got = run_model(model, [w2, x2])
+    ((v, aux), (gx, gw)) = jg.value_and_grad(f, argnums=(1, 0), has_aux=True)(w2, x2)
+    for g, r in zip(got, [v, gx, gw, aux["m"], aux["r"]]):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
+
+    # outputs that are inputs, repeated nodes or constants each get their own name
+    fwd = export_onnx(lambda a, b: (a + b, a * b, a, a + b, np.float64(2.0)), w, x)
+    assert [o.name for o in fwd.graph.output] == [f"value_{k}" for k in range(5)]
+    got = run_model(fwd, [w2, x2])
+    for g, r in zip(got, [w2 + x2, w2 * x2, w2, w2 + x2, np.float64(2.0)]):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_input_names_never_collide_with_outputs():
+    model = export_onnx(lambda value, grad_0: np.sum(value * grad_0), np.ones(3), np.ones(3),
+                        gradient=True)
+    assert [i.name for i in model.graph.input] == ["value_1", "grad_0_1"]
+    assert [o.name for o in model.graph.output] == ["value", "grad_0"]
+    v, g = run_model(model, [np.full(3, 2.0), np.ones(3)])
+    assert v == 6.0 and np.array_equal(g, np.ones(3))
+
+
+def test_bool_reductions():
+    """Bool reductions (any/all) built directly in the IR; the NumPy front end casts before reducing."""
+    x = Node("input", [], {"index": 0}, (3, 4), np.bool_)
+    ops = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+    graph = Graph([x], [Node(op, [x], {"axes": (1,)}, (3,), np.bool_) for op in ops]).verify()
+    v = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], np.bool_)
+    got = run_model(graph_to_onnx(graph), [v])
+    assert_outputs_match(got, evaluate(graph, v), 0.0)
+    assert [g.tolist() for g in got] == [[True, True, False]] * 2 + [[False, True, False]] * 2
+
+
+def test_model_keeps_ir_names_and_lines():
+    def loss(w, x, b, y):
+        return (w * x + b - y) ** 2
+
+    graph = jg.make_graph(loss, argnums=(0, 2), grad=True)(1.5, 2.0, 0.5, 1.0)
+    model = graph_to_onnx(graph, input_names=["w", "x", "b", "y"])
+    onnx.checker.check_model(model, full_check=True)
+    produced = {o for n in model.graph.node for o in n.output}
+    assert {"e", "f", "g", "value", "grad_0", "grad_1"} <= produced
+    docs = [n.doc_string for n in model.graph.node]
+    assert "e:f64[] = mul w x" in docs          # IR line spelled with the model's names
+    assert all(n.domain in ("", "ai.onnx") for n in model.graph.node)
+
+
+def test_writes_file_atomically(tmp_path):
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    path = tmp_path / "model.onnx"
+    out = export_onnx(lambda x: np.sum(np.exp(x) * x), x, path=path, gradient=True)
+    assert out == str(path) and os.path.isfile(path)
+    assert os.listdir(tmp_path) == ["model.onnx"]       # no temporary file left behind
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model)
+    v, g = run_model(model, [x])
+    np.testing.assert_allclose(v, np.sum(np.exp(x) * x), rtol=1e-12)
+    np.testing.assert_allclose(g, np.exp(x) * (x + 1), rtol=1e-12)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+def test_unmappable_op_raises_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delitem(onnx_export._EMITTERS, "tanh")
+    path = tmp_path / "m.onnx"
+    with pytest.raises(NotSupportedError, match="'tanh'"):
+        export_onnx(lambda x: np.tanh(x) * 2.0, np.ones(3), path=path)
+    assert not path.exists() and os.listdir(tmp_path) == []
+
+    path.write_bytes(b"previous model")
+    with pytest.raises(NotSupportedError, match="no ONNX mapping"):
+        export_onnx(lambda x: np.sum(np.tanh(x)), np.ones(3), path=path, gradient=True)
+    assert path.read_bytes() == b"previous model" and os.listdir(tmp_path) == ["m.onnx"]
+
+
+class _LocNode(Node):
+    """A node that records the user line that created it."""
+    __slots__ = ("loc",)
+
+
+@pytest.mark.parametrize("op", ["cond", "while_loop"])
+def test_control_flow_is_named_with_its_line(op, tmp_path, monkeypatch):
+    x = Node("input", [], {"index": 0}, (3,), np.float64)
+    y = _LocNode(op, [x], {}, (3,), np.float64)
+    y.loc = ("model.py", 12, "y = jg.cond(p, f, g, x)")
+    graph = Graph([x], [Node("exp", [y], {}, (3,), np.float64)])
+    with pytest.raises(NotSupportedError, match=f"control-flow op '{op}'") as info:
+        graph_to_onnx(graph)
+    assert "model.py:12: y = jg.cond(p, f, g, x)" in str(info.value)
+
+    monkeypatch.setattr(jg.api, "trace_graph", lambda *a, **k: graph)
+    path = tmp_path / "cf.onnx"
+    with pytest.raises(NotSupportedError, match=op):
+        export_onnx(lambda x: x, np.ones(3), path=path)
+    assert not path.exists()
+
+
+def test_unknown_prim_is_named():
+    x = Node("input", [], {"index": 0}, (2,), np.float32)
+    graph = Graph([x], [Node("bessel_j0", [x], {}, (2,), np.float32)])
+    with pytest.raises(NotSupportedError, match="op 'bessel_j0'.*has no ONNX mapping"):
+        graph_to_onnx(graph)
+
+
+def test_missing_onnx_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "onnx", None)     # makes `import onnx` fail
+    with pytest.raises(ModuleNotFoundError, match=r"pip install jitgraph\[onnx\]"):
+        export_onnx(lambda x: x + 1.0, np.ones(2), path=tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_opset_choice():
+    x = np.arange(12.0).reshape(3, 4)
+
+    def f(x):
+        return np.max(x, axis=1) + np.prod(x[:, :2], axis=1)
+
+    for opset in (13, 17, 18):
+        model = export_onnx(f, x, opset=opset)
+        assert model.opset_import[0].version == opset
+        np.testing.assert_allclose(run_model(model, [x])[0], f(x))
+    with pytest.raises(NotSupportedError, match="opset >= 16"):
+        export_onnx(lambda x: np.sum(x[np.array([0, 0, 2])]), x, gradient=True, opset=13)
+    with pytest.raises(ValueError, match="opset"):
+        export_onnx(f, x, opset=7)
