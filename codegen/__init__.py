@@ -51,9 +51,7 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
         kernel, module, path = python_kernel(source), None, None
     else:
         kernel, module, path = load_kernel(source)
-    consts = [n.value for n in em.const_args]
-    if em.scalar_consts:
-        consts.append(np.array([n.value.item() for n in em.scalar_consts], dtype=np.float64))
+    consts = em.const_values()
     return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
 
 

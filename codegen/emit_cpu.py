@@ -114,6 +114,14 @@ def _elementwise_expr(node, args):
     return expr
 
 
+def _owned(a):
+    """A constant as the kernel takes it: C-contiguous and writable (not a broadcast view)."""
+    a = np.asarray(a)
+    if not a.flags.c_contiguous or not a.flags.writeable:
+        a = np.array(a, order="C", copy=True)
+    return a
+
+
 class Sizes:
     """Symbols for sizes: each distinct size > 1, named in order of first appearance."""
 
@@ -140,8 +148,11 @@ class Sizes:
 
 class Emitter:
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 cache=True):
+                 cache=True, prefix=""):
         self.graph = graph
+        self.prefix = prefix       # for the functions of subgraphs (loop bodies, branches)
+        self.extra_consts = []     # (name, array) passed after the const args: subgraph data
+        self.n_subs = 0
         self.part = partition
         self.parallel = parallel
         self.fastmath = tuple(fastmath)
@@ -197,6 +208,11 @@ class Emitter:
 
     def comment(self, node):
         """`# c:f64[n0,n1] = mul a b`: the node, with sizes as the same symbols the code uses."""
+        if node.dtype == object:     # a control node: its subgraphs are emitted as functions
+            args = " ".join(self.names[i.id] for i in node.inputs)
+            small = ", ".join(f"{k}={v!r}" for k, v in node.params
+                              if isinstance(v, (int, bool, str)))
+            return f"# {self.names[node.id]}:tuple = {node.op}[{small}] {args}"
         return "# " + self.graph.node_line(node, self.names, dims=self.sizes)
 
     # ---- entry function ----------------------------------------------------------------------
@@ -236,20 +252,35 @@ class Emitter:
         src = list(head)
         for block in self.functions:
             src += ["", "@njit(**_OPTS)"] + block + [""]
-        args = ["dims"] + [self.var(n) for n in self.graph.inputs] + [self.var(n) for n in self.const_args]
-        if self.scalar_consts:
-            args.append("svals")
         # only explicit prange loops run in parallel: Numba's automatic conversion of array
         # expressions into parallel loops would compile a kernel per allocation for nothing
         par = "_PARALLEL" if self.uses_prange else "False"
-        src += ["", f"@njit(parallel={par}, **_OPTS)", f"def kernel({', '.join(args)}):"]
+        src += ["", f"@njit(parallel={par}, **_OPTS)"] + self.kernel_lines()
+        return "\n".join(src) + "\n"
+
+    def kernel_params(self):
+        """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
+        out = [self.var(n) for n in self.const_args] + [name for name, _ in self.extra_consts]
+        return out + (["svals"] if self.scalar_consts else [])
+
+    def const_values(self):
+        """The values for `kernel_params()`, in order."""
+        out = [_owned(n.value) for n in self.const_args] + [v for _, v in self.extra_consts]
+        if self.scalar_consts:
+            out.append(np.array([n.value.item() for n in self.scalar_consts], dtype=np.float64))
+        return out
+
+    def kernel_lines(self):
+        src = []
+        args = ["dims"] + [self.var(n) for n in self.graph.inputs] + self.kernel_params()
+        src.append(f"def {self.prefix}kernel({', '.join(args)}):")
         for k, d in enumerate(self.sizes.values):
             src.append(f"    {self.sizes(d)} = dims[{k}]")
         for k, n in enumerate(self.scalar_consts):
             v = f"svals[{k}]" if n.dtype == np.float64 else f"{np_dtype(n.dtype)}(svals[{k}])"
             src.append(f"    {self.const_ref(n)} = {v}  # const {self.names[n.id]} (value not in the source)")
         src += ["    " + line for line in self.body]
-        return "\n".join(src) + "\n"
+        return src
 
     # ---- library ops (one per step) -------------------------------------------------------------
     def emit_op(self, node):
@@ -290,8 +321,104 @@ class Emitter:
             out.append(f"{v} = np.concatenate(({', '.join(x)},), axis={p['axis']})")
         elif op in ("gather", "scatter_add"):
             self._emit_gather(node, v, x)
+        elif op == "proj":
+            out.append(f"{v} = {self._tuple_part(node.inputs[0], p['index'])}")
+        elif op == "scan":
+            self._emit_scan(node, x)
+        elif op == "cond":
+            self._emit_cond(node, x)
+        elif op == "while":
+            self._emit_while(node, x)
         else:
             raise NotImplementedError(f"codegen: no CPU lowering for op {op!r}")
+
+    # ---- control flow: subgraphs become functions of this module --------------------------------
+    def subkernel(self, graph):
+        """Emit `graph` as a function of this module; returns (call prefix args, trailing args, name).
+
+        The function has the entry-function convention (dims, inputs, consts); its sizes and
+        constants are passed from this kernel's own parameters, so the source stays free of
+        concrete sizes and values."""
+        from .fusion import Partition
+        prefix = f"{self.prefix}s{self.n_subs}_"
+        self.n_subs += 1
+        sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
+                      cache=self.cache, prefix=prefix)
+        sub.emit()
+        self.functions.extend(sub.functions)
+        self.functions.append(sub.kernel_lines())
+        dims = f"{prefix}dims"
+        self.extra_consts.append((dims, np.array(sub.sizes.values or [0], dtype=np.int64)))
+        trailing = []
+        for name, value in zip(sub.kernel_params(), sub.const_values()):
+            pname = name if name.startswith(prefix) else prefix + name
+            self.extra_consts.append((pname, value))
+            trailing.append(pname)
+        return dims, trailing, f"{prefix}kernel"
+
+    def _tuple_part(self, t, k):
+        return f"t{self.names[t.id]}_{k}"
+
+    def _used_parts(self, node):
+        return {u.p["index"] for u in self.users[node.id] if u.op == "proj"}
+
+    def _emit_scan(self, node, x):
+        p, S, out = node.p, self.sizes, self.body
+        dims, trailing, fname = self.subkernel(p["body"])
+        nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
+        consts, init, xs = x[:nc], x[nc:nc + nk], x[nc + nk:]
+        x_nodes = node.inputs[nc + nk:]
+        avals = p["out_avals"]
+        n_y = len(avals) - 2 * nk
+        used = self._used_parts(node)
+        t = "t" + self.names[node.id]
+        it = f"{t}_p"
+        carry = [self._tuple_part(node, k) for k in range(nk)]
+        ys = [(nk + k, self._tuple_part(node, nk + k)) for k in range(n_y)]
+        hist = [(k, self._tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
+        for c, v in zip(carry, init):
+            out.append(f"{c} = {v}")
+        for k, v in ys + [(nk + n_y + k, h) for k, h in hist]:
+            shape, dt = avals[k]
+            out.append(f"{v} = np.empty({S.shape(shape)}, {np_dtype(dt)})")
+        order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
+        out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
+        for k, h in hist:
+            out.append(f"    {h}[{it}] = {carry[k]}{'[0]' if len(avals[k][0]) == 0 else ''}")
+        slices = [f"{v}[{it}:{it} + 1]" if xn.ndim == 1 else f"{v}[{it}]" for v, xn in zip(xs, x_nodes)]
+        args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
+        out.append(f"    {t}_r = {fname}({', '.join(args)})")
+        for k, c in enumerate(carry):
+            out.append(f"    {c} = {t}_r[{k}]")
+        for k, v in ys:
+            out.append(f"    {v}[{it}] = {t}_r[{k}]{'[0]' if len(avals[k][0]) == 1 else ''}")
+
+    def _emit_cond(self, node, x):
+        out = self.body
+        gf, gt = node.p["branches"]
+        t = "t" + self.names[node.id]
+        calls = []
+        for g in (gt, gf):
+            dims, trailing, fname = self.subkernel(g)
+            calls.append(f"{t}_r = {fname}({', '.join([dims] + x[1:] + trailing)})")
+        out += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
+        for k in range(len(node.p["out_avals"])):
+            out.append(f"{self._tuple_part(node, k)} = {t}_r[{k}]")
+
+    def _emit_while(self, node, x):
+        p, out = node.p, self.body
+        nc = p["n_consts"]
+        consts, init = x[:nc], x[nc:]
+        cdims, ctrail, cname = self.subkernel(p["cond"])
+        bdims, btrail, bname = self.subkernel(p["body"])
+        t = "t" + self.names[node.id]
+        carry = [self._tuple_part(node, k) for k in range(len(init))]
+        for c, v in zip(carry, init):
+            out.append(f"{c} = {v}")
+        out.append(f"while {cname}({', '.join([cdims] + consts + carry + ctrail)})[0][0]:")
+        out.append(f"    {t}_r = {bname}({', '.join([bdims] + consts + carry + btrail)})")
+        for k, c in enumerate(carry):
+            out.append(f"    {c} = {t}_r[{k}]")
 
     def _slices(self, p):
         parts = []
@@ -598,7 +725,7 @@ class GroupEmitter:
             text = "\n".join(chunk)
             names = sorted(set(re.findall(r"\b(?:v[a-z]+(?:_f|_part)?|x[a-z]+_[sc]|n\d+)\b", text)))
             params = ["ch", nch] + [n for n in names if n != nch]
-            fname = f"group_{g.seq}"
+            fname = f"{em.prefix}group_{g.seq}"
             em.functions.append([f"def {fname}({', '.join(params)}):"] + [ind + ln for ln in chunk])
             out.append(loop)
             # prange's index is unsigned: pass it as int64 so the body compiles once, not twice

@@ -15,10 +15,11 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
 
 from . import core as _core  # noqa: E402
 from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
+from .control import cond, fori_loop, scan, while_loop
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
 from .interpreter import evaluate
-from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, jit, jit_grad
+from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad
 from .onnx_export import export_onnx
 from .viz import render, to_dot
 from .numpy_api import log_softmax, logsumexp, sigmoid, softmax, stop_gradient
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "value_and_grad", "grad", "jit", "jit_grad", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",
+    "cond", "fori_loop", "scan", "while_loop", "hvp",
     "make_graph", "trace_graph", "eval_graph", "evaluate", "export_onnx", "to_dot", "render",
     "Graph", "Node", "logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient",
     "JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError",

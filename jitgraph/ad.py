@@ -7,6 +7,7 @@ the output get adjoints: branches that do not depend on a differentiated input
 (the seed's requires_grad=False inputs) never produce adjoint work.
 """
 from . import numpy_api as jnp
+from .control import CONTROL_VJP
 from .rules import VJP, NO_GRAD_OPS
 
 
@@ -20,14 +21,23 @@ def depends_on(nodes, wrt):
 
 
 def backward(nodes, out, wrt, value_of, seed):
+    """Adjoints of `out` (seeded with `seed`) with respect to each node of `wrt`; see backward_multi."""
+    return backward_multi(nodes, [out], wrt, value_of, [seed])
+
+
+def backward_multi(nodes, outs, wrt, value_of, seeds):
     """Adjoints of `out` with respect to each node of `wrt`.
 
     Args:
-        nodes: recorded nodes in topological order (must contain out's ancestors).
-        out: the node being differentiated.
+        nodes: recorded nodes in topological order (must contain the outputs' ancestors).
+        outs: the nodes being differentiated.
         wrt: leaf nodes to differentiate with respect to.
         value_of: node -> its value (a NumPy array, or a Tensor when tracing).
-        seed: the adjoint of `out` (ones for a scalar loss).
+        seeds: the adjoint of each of `outs` (ones for a scalar loss).
+
+    A control node (cond/scan/while) produces a tuple read by `proj` nodes: the
+    adjoints of its projections are collected per element and its rule
+    (control.CONTROL_VJP) gets them all at once.
 
     Returns:
         A list with one adjoint per `wrt` node (zeros where out does not depend on it).
@@ -35,12 +45,27 @@ def backward(nodes, out, wrt, value_of, seed):
     live = depends_on(nodes, wrt)
     wrt_ids = {n.id for n in wrt}
     adj = {}
-    if out.id in live:
-        adj[out.id] = seed
+    for out, seed in zip(outs, seeds):
+        if out.id in live:
+            adj[out.id] = seed if out.id not in adj else adj[out.id] + seed
     for node in reversed(nodes):
         if node.id in wrt_ids or node.id not in adj:
             continue
         g = adj.pop(node.id)
+        if node.op == "proj":
+            t = node.inputs[0]
+            parts = adj.setdefault(t.id, {})
+            k = node.p["index"]
+            parts[k] = g if k not in parts else parts[k] + g
+            continue
+        if node.op in CONTROL_VJP:
+            n_out = len(node.p["out_avals"])
+            cs = CONTROL_VJP[node.op]([g.get(k) for k in range(n_out)], node, value_of)
+            for inp, c in zip(node.inputs, cs):
+                if c is None or inp.id not in live:
+                    continue
+                adj[inp.id] = c if inp.id not in adj else adj[inp.id] + c
+            continue
         rules = VJP[node.op]
         args = None
         for i, inp in enumerate(node.inputs):

@@ -21,6 +21,8 @@ DTYPE_ABBREV = {
 
 
 def type_str(shape, dtype, dims=str):
+    if np.dtype(dtype) == object:
+        return "tuple"
     dims = ",".join(dims(d) for d in shape)
     return f"{DTYPE_ABBREV.get(np.dtype(dtype).name, np.dtype(dtype).name)}[{dims}]"
 
@@ -62,6 +64,13 @@ class Node:
 
 
 def _fmt_param(v):
+    if isinstance(v, Graph):
+        return "\n        ".join(str(v).splitlines())
+    if isinstance(v, tuple) and v and all(isinstance(x, Graph) for x in v):
+        return "(" + ", ".join(_fmt_param(x) for x in v) + ")"
+    if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 and
+                                          isinstance(x[1], np.dtype) for x in v):
+        return "(" + ", ".join(type_str(s, d) for s, d in v) + ")"
     if isinstance(v, np.dtype):
         return v.name
     if isinstance(v, type) and issubclass(v, np.generic):

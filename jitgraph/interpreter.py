@@ -17,7 +17,9 @@ def evaluate(graph, *flat_args):
         if node.op == "const":
             env[node.id] = node.value
             continue
-        env[node.id] = np.asarray(PRIMS[node.op].impl(*[env[i.id] for i in node.inputs], **node.p))
+        value = PRIMS[node.op].impl(*[env[i.id] for i in node.inputs], **node.p)
+        # a control node's value is a tuple, read by its proj nodes
+        env[node.id] = value if node.dtype == object else np.asarray(value)
     # outputs own their memory: never a view of an input or a read-only broadcast
     outs = []
     for n in graph.outputs:

@@ -1,0 +1,571 @@
+"""Structured control flow: `cond`, `fori_loop`, `scan`, `while_loop`.
+
+Signatures and semantics follow `jax.lax`. Inside a traced function (`jit`,
+`jit_grad`, `make_graph`) each construct becomes one node whose parameters hold
+the traced subgraphs (branches, loop bodies); code generation turns it into a
+real `if` or loop around compiled subgraph functions, so compile time does not
+grow with the trip count. Outside a trace (plain NumPy, or the eager
+`value_and_grad` tape) they simply run as Python control flow.
+
+A subgraph's inputs are its explicit operands followed by the values it closes
+over from enclosing traces ("captured"): the node lists those as ordinary
+inputs, so AD, CSE and code generation see every dependence.
+
+A control node produces a tuple; `proj[index]` nodes pick its elements. The
+reverse-mode rules here build new control nodes (the backward of a loop is a
+loop running the other way; the backward of `cond` is a `cond`), so gradients
+of gradients work too.
+"""
+import numpy as np
+
+from .core import EagerBox, GraphTrace, Tensor, Tracer, bind
+from .errors import GradError, ShapeError, TracingError
+from .graph import Graph, Node
+from .prims import PRIMS, Prim
+from .tree import tree_flatten, tree_unflatten
+
+TUPLE = np.dtype(object)     # the dtype of a control node's value: a tuple of arrays
+
+
+class SubTrace(GraphTrace):
+    """Traces a branch or loop body; values of enclosing traces become extra inputs."""
+
+    def __init__(self, n_explicit):
+        super().__init__()
+        self.n_explicit = n_explicit
+        self.captured = []         # the outer values, in input order
+        self._cap = {}
+
+    def to_node(self, x):
+        if isinstance(x, Tensor) and x._trace is not self:
+            key = (id(x._trace), x.node.id)
+            node = self._cap.get(key)
+            if node is None:
+                node = Node("input", (), {"index": self.n_explicit + len(self.captured)},
+                            x.shape, x.dtype)
+                self.nodes.append(node)
+                self._cap[key] = node
+                self.captured.append(x)
+            return node
+        return super().to_node(x)
+
+
+def _aval(v):
+    """(shape, dtype, weak) of an operand."""
+    if isinstance(v, Tensor):
+        return tuple(v.shape), np.dtype(v.dtype), bool(v.weak)
+    if isinstance(v, (bool, int, float)) and not isinstance(v, np.generic):
+        return (), np.asarray(v).dtype, True
+    a = np.asarray(v)
+    return a.shape, a.dtype, False
+
+
+def trace_subgraph(fun, avals, name):
+    """Trace `fun(*tracers)` on abstract inputs; returns (graph, out_tree, captured values)."""
+    tr = SubTrace(len(avals))
+    ins = [tr.new_input(k, s, d, w) for k, (s, d, w) in enumerate(avals)]
+    out = fun(*ins)
+    leaves, tree = tree_flatten(out)
+    outs = [tr.to_node(v) if isinstance(v, Tensor) else tr.const(np.asarray(v)) for v in leaves]
+    cap_nodes = [tr._cap[(id(x._trace), x.node.id)] for x in tr.captured]
+    graph = Graph([t.node for t in ins] + cap_nodes, outs, meta={"name": name})
+    return graph, tree, list(tr.captured)
+
+
+def _traced(values):
+    """Does any value belong to a graph trace (so the construct must become a node)?"""
+    return any(isinstance(v, Tracer) for v in values)
+
+
+def _bind_control(op, inputs, params, out_avals):
+    """Append control node `op` to the innermost trace; returns its outputs as tracers."""
+    params = dict(params, out_avals=tuple((tuple(s), np.dtype(d)) for s, d in out_avals))
+    top = None
+    for a in inputs:
+        if isinstance(a, Tensor) and (top is None or a._trace.level > top.level):
+            top = a._trace
+    t = top.process(op, inputs, params)
+    return [bind("proj", t, index=k, shape=tuple(s), dtype=np.dtype(d))
+            for k, (s, d) in enumerate(out_avals)]
+
+
+def _out_avals(graph):
+    return [(n.shape, n.dtype) for n in graph.outputs]
+
+
+def _check_same(kind, what_a, a, what_b, b, tree_a, tree_b):
+    if tree_a != tree_b:
+        raise ShapeError(f"{kind}: {what_a} returns structure {tree_a} but {what_b} returns {tree_b}")
+    for k, ((sa, da), (sb, db)) in enumerate(zip(a, b)):
+        if tuple(sa) != tuple(sb) or np.dtype(da) != np.dtype(db):
+            raise ShapeError(
+                f"{kind}: output {k} of {what_a} is {np.dtype(da).name}{list(sa)} but {what_b} gives "
+                f"{np.dtype(db).name}{list(sb)}; both must have the same shapes and dtypes")
+
+
+def _fname(f):
+    return getattr(f, "__qualname__", getattr(f, "__name__", "function"))
+
+
+# ---- cond ---------------------------------------------------------------------------------------------
+def cond(pred, true_fun, false_fun, *operands):
+    """`true_fun(*operands)` if `pred` else `false_fun(*operands)`, like `jax.lax.cond`.
+
+    Traced, both branches become subgraphs with identical output shapes and dtypes
+    and only the taken one runs; gradients flow through the taken branch.
+    """
+    leaves, in_tree = tree_flatten(tuple(operands))
+    avals = [_aval(v) for v in leaves]
+
+    def branch(fun):
+        return lambda *xs: fun(*tree_unflatten(in_tree, list(xs)))
+
+    def run_python():
+        p = pred.value if isinstance(pred, EagerBox) else pred
+        if isinstance(p, Tensor):
+            raise TracingError("cond's predicate is a traced value inside a nested eager "
+                               "value_and_grad; call value_and_grad outside jit, or use jit_grad")
+        return true_fun(*operands) if bool(np.asarray(p)) else false_fun(*operands)
+
+    if not _traced([pred] + leaves):
+        # maybe a branch closes over traced values
+        try:
+            gt, tt, ct = trace_subgraph(branch(true_fun), avals, _fname(true_fun))
+            gf, tf, cf = trace_subgraph(branch(false_fun), avals, _fname(false_fun))
+        except TracingError:
+            return run_python()
+        if not _traced(ct + cf):
+            return run_python()
+    else:
+        gt, tt, ct = trace_subgraph(branch(true_fun), avals, _fname(true_fun))
+        gf, tf, cf = trace_subgraph(branch(false_fun), avals, _fname(false_fun))
+    _check_same("cond", f"true_fun {_fname(true_fun)}", _out_avals(gt),
+                f"false_fun {_fname(false_fun)}", _out_avals(gf), tt, tf)
+    pred_shape = tuple(np.shape(pred)) if not isinstance(pred, Tensor) else tuple(pred.shape)
+    if pred_shape != ():
+        raise ShapeError(f"cond's predicate must be a scalar, got shape {pred_shape}")
+    from . import numpy_api as jnp
+    p = jnp.cast(pred, np.dtype(bool)) if np.dtype(_aval(pred)[1]) != bool else pred
+    # both branches take the operands, then everything either one captured
+    caps = _merge_captures(ct, cf)
+    gt = _with_inputs(gt, len(leaves), ct, caps)
+    gf = _with_inputs(gf, len(leaves), cf, caps)
+    outs = _bind_control("cond", [p] + leaves + caps, {"branches": (gf, gt)}, _out_avals(gt))
+    return tree_unflatten(tt, outs)
+
+
+def _merge_captures(*lists):
+    out, seen = [], set()
+    for lst in lists:
+        for x in lst:
+            key = (id(x._trace), x.node.id)
+            if key not in seen:
+                seen.add(key)
+                out.append(x)
+    return out
+
+
+def _with_inputs(graph, n_explicit, captured, all_caps):
+    """`graph` re-headed to take the explicit inputs then `all_caps` (adding unused inputs)."""
+    mine = {(id(x._trace), x.node.id): graph.inputs[n_explicit + k] for k, x in enumerate(captured)}
+    ins = list(graph.inputs[:n_explicit])
+    for k, x in enumerate(all_caps):
+        node = mine.get((id(x._trace), x.node.id))
+        if node is None:
+            node = Node("input", (), {"index": n_explicit + k}, x.shape, x.dtype)
+        ins.append(node)
+    return Graph(ins, graph.outputs, meta=graph.meta)
+
+
+# ---- loops ---------------------------------------------------------------------------------------------
+def _static_int(v, what):
+    if isinstance(v, Tensor):
+        return None
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    a = np.asarray(v)
+    if a.shape == () and a.dtype.kind in "iu":
+        return int(a)
+    raise TypeError(f"{what} must be an integer, got {v!r}")
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """`for i in range(lower, upper): val = body_fun(i, val)`; returns val (like `jax.lax.fori_loop`).
+
+    Traced with integer bounds, this compiles to one real loop (not unrolled) and is
+    differentiable (the per-iteration carries are stored for the reverse loop). With a
+    traced bound it runs as a `while_loop`: fine in `jit`, not differentiable.
+    """
+    lo, hi = _static_int(lower, "fori_loop's lower"), _static_int(upper, "fori_loop's upper")
+    if lo is not None and hi is not None:
+        length = max(hi - lo, 0)
+
+        def step(i, carry, x):
+            return body_fun(i, carry), None
+
+        carry, _ = _scan(step, init_val, None, length, False, lo, "fori_loop", body_fun)
+        return carry
+
+    def cond_fun(c):
+        return c[0] < c[1]
+
+    def wbody(c):
+        i, u, val = c
+        return i + 1, u, body_fun(i, val)
+
+    from . import numpy_api as jnp
+    i0 = jnp.cast(lower, np.dtype(np.int64)) if isinstance(lower, Tensor) else np.int64(lower)
+    u0 = jnp.cast(upper, np.dtype(np.int64)) if isinstance(upper, Tensor) else np.int64(upper)
+    return _while(cond_fun, wbody, (i0, u0, init_val), "fori_loop")[2]
+
+
+def scan(f, init, xs=None, length=None, reverse=False):
+    """`jax.lax.scan`: `carry, y = f(carry, x)` over the leading axis of `xs`; returns (carry, ys)."""
+    x_leaves, _ = tree_flatten(xs)
+    lengths = {int(np.shape(x)[0]) if not isinstance(x, Tensor) else x.shape[0] for x in x_leaves}
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise ShapeError(f"scan: xs leading axes and length disagree: {sorted(lengths)}"
+                         if lengths else "scan needs xs or a length")
+    T = lengths.pop()
+
+    def step(i, carry, x):
+        return f(carry, x)
+
+    return _scan(step, init, xs, T, bool(reverse), 0, "scan", f)
+
+
+def _scan(step, init, xs, T, reverse, start, kind, user_fun):
+    """Shared by scan and fori_loop: step(i, carry, x) -> (carry, y)."""
+    init_leaves, c_tree = tree_flatten(init)
+    x_leaves, x_tree = tree_flatten(xs)
+    c_avals = [_aval(v) for v in init_leaves]
+    x_avals = [(_aval(v)[0][1:], _aval(v)[1], False) for v in x_leaves]
+    i_aval = ((), np.dtype(np.int64), False)
+    nc = len(init_leaves)
+
+    def body(i, *flat):
+        carry = tree_unflatten(c_tree, list(flat[:nc]))
+        x = tree_unflatten(x_tree, list(flat[nc:]))
+        new, y = step(i, carry, x)
+        return new, y
+
+    def run_python():
+        from . import numpy_api as jnp
+        carry, ys = init, []
+        order = range(T - 1, -1, -1) if reverse else range(T)
+        for p in order:
+            x = tree_unflatten(x_tree, [v[p] for v in x_leaves])
+            carry, y = step(start + p, carry, x)
+            ys.append(y)
+        if reverse:
+            ys = ys[::-1]
+        y_leaves0 = tree_flatten(ys[0])[0] if ys else []
+        if not ys or not y_leaves0:
+            return carry, (ys[0] if ys else None)
+        trees = [tree_flatten(y) for y in ys]
+        stacked = [jnp.stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
+        return carry, tree_unflatten(trees[0][1], stacked)
+
+    traced_ops = _traced(init_leaves + x_leaves)
+    try:
+        g, out_tree, caps = trace_subgraph(body, [i_aval] + c_avals + x_avals, _fname(user_fun))
+    except TracingError:
+        if traced_ops:
+            raise
+        return run_python()
+    if not traced_ops and not _traced(caps):
+        return run_python()
+    carry_tree_out = _child_tree(out_tree, 0)
+    if carry_tree_out != c_tree:
+        raise ShapeError(f"{kind}: the body {_fname(user_fun)} takes a carry of structure {c_tree} "
+                         f"but returns {carry_tree_out}")
+    outs = _out_avals(g)
+    for k in range(nc):
+        want = (tuple(c_avals[k][0]), np.dtype(c_avals[k][1]))
+        if (tuple(outs[k][0]), np.dtype(outs[k][1])) != want:
+            if c_avals[k][2] and tuple(outs[k][0]) == want[0]:
+                # a Python scalar's init takes the dtype the body computes (weak typing)
+                init_leaves[k] = np.asarray(init_leaves[k], outs[k][1])
+                init = tree_unflatten(c_tree, init_leaves)
+                return _scan(step, init, xs, T, reverse, start, kind, user_fun)
+            raise ShapeError(
+                f"{kind}: carry {k} enters the body {_fname(user_fun)} as "
+                f"{want[1].name}{list(want[0])} but leaves as {np.dtype(outs[k][1]).name}"
+                f"{list(outs[k][0])}; the carry must keep its shape and dtype")
+    y_avals = [((T,) + tuple(s), d) for s, d in outs[nc:]]
+    hist_avals = [((T,) + tuple(s), np.dtype(d)) for s, d, _ in c_avals]
+    # inputs: captured, init carry, xs; outputs: carry, ys, carry history
+    g = _reorder_captured_first(g, 1 + nc + len(x_leaves))
+    params = dict(body=g, length=T, reverse=reverse, start=start, n_consts=len(caps), n_carry=nc)
+    res = _bind_control("scan", caps + init_leaves + x_leaves, params,
+                        [(s, d) for s, d, _ in c_avals] + y_avals + hist_avals)
+    carry = tree_unflatten(c_tree, res[:nc])
+    ys = tree_unflatten(_child_tree(out_tree, 1), res[nc:nc + len(y_avals)])
+    return carry, ys
+
+
+def _child_tree(tree, k):
+    return tree.children[k]
+
+
+def _reorder_captured_first(g, n_explicit):
+    """Body inputs (i, carry, x, captured) -> (i, captured, carry, x): the node layout."""
+    ins = g.inputs
+    new = [ins[0]] + list(ins[n_explicit:]) + list(ins[1:n_explicit])
+    return Graph(new, g.outputs, meta=g.meta)
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    """`while cond_fun(val): val = body_fun(val)`; returns val (like `jax.lax.while_loop`).
+
+    Compiles to a real loop in `jit`; not reverse-differentiable (the trip count is
+    only known at run time): use `fori_loop` with static bounds or `scan` for gradients.
+    """
+    return _while(cond_fun, body_fun, init_val, "while_loop")
+
+
+def _while(cond_fun, body_fun, init_val, kind):
+    leaves, tree = tree_flatten(init_val)
+    avals = [_aval(v) for v in leaves]
+
+    def wrap(fun):
+        return lambda *xs: fun(tree_unflatten(tree, list(xs)))
+
+    def run_python():
+        val = init_val
+        while True:
+            c = cond_fun(val)
+            c = c.value if isinstance(c, EagerBox) else c
+            if isinstance(c, Tensor):
+                raise TracingError(f"{kind}'s condition is a traced value inside a nested eager "
+                                   "value_and_grad")
+            if not bool(np.asarray(c)):
+                return val
+            val = body_fun(val)
+
+    traced_ops = _traced(leaves)
+    try:
+        gc, tc, cc = trace_subgraph(wrap(cond_fun), avals, _fname(cond_fun))
+        gb, tb, cb = trace_subgraph(wrap(body_fun), avals, _fname(body_fun))
+    except TracingError:
+        if traced_ops:
+            raise
+        return run_python()
+    if not traced_ops and not _traced(cc + cb):
+        return run_python()
+    if tb != tree:
+        raise ShapeError(f"{kind}: the body takes structure {tree} but returns {tb}")
+    outs = _out_avals(gb)
+    for k, ((s, d, weak), (so, do)) in enumerate(zip(avals, outs)):
+        if (tuple(s), np.dtype(d)) != (tuple(so), np.dtype(do)):
+            if weak and tuple(s) == tuple(so):
+                leaves[k] = np.asarray(leaves[k], do)
+                return _while(cond_fun, body_fun, tree_unflatten(tree, leaves), kind)
+            raise ShapeError(f"{kind}: value {k} enters the body as {np.dtype(d).name}{list(s)} but "
+                             f"leaves as {np.dtype(do).name}{list(so)}")
+    c_out = _out_avals(gc)
+    if len(c_out) != 1 or tuple(c_out[0][0]) != ():
+        raise ShapeError(f"{kind}: the condition must return one scalar, got {c_out}")
+    caps = _merge_captures(cc, cb)
+    gc = _reorder_captured_first0(_with_inputs(gc, len(leaves), cc, caps), len(leaves))
+    gb = _reorder_captured_first0(_with_inputs(gb, len(leaves), cb, caps), len(leaves))
+    params = dict(cond=gc, body=gb, n_consts=len(caps), kind=kind)
+    res = _bind_control("while", caps + leaves, params, [(s, d) for s, d, _ in avals])
+    return tree_unflatten(tree, res)
+
+
+def _reorder_captured_first0(g, n_explicit):
+    ins = g.inputs
+    return Graph(list(ins[n_explicit:]) + list(ins[:n_explicit]), g.outputs, meta=g.meta)
+
+
+# ---- primitives: shape rules and reference implementations -----------------------------------------
+def _tuple_abs(*avals, **params):
+    return (), TUPLE
+
+
+def _evaluate(graph, *args):
+    from .interpreter import evaluate
+    return evaluate(graph, *args)
+
+
+def _cond_impl(pred, *ops, branches, out_avals):
+    return tuple(_evaluate(branches[int(bool(pred))], *ops))
+
+
+def _scan_impl(*args, body, length, reverse, start, n_consts, n_carry, out_avals):
+    consts = list(args[:n_consts])
+    carry = [np.asarray(c) for c in args[n_consts:n_consts + n_carry]]
+    xs = args[n_consts + n_carry:]
+    n_y = len(out_avals) - 2 * n_carry
+    ys = [np.empty(s, d) for s, d in out_avals[n_carry:n_carry + n_y]]
+    hist = [np.empty(s, d) for s, d in out_avals[n_carry + n_y:]]
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    for p in order:
+        for h, c in zip(hist, carry):
+            h[p] = c
+        out = _evaluate(body, np.int64(start + p), *consts, *carry, *[x[p] for x in xs])
+        carry = out[:n_carry]
+        for y, v in zip(ys, out[n_carry:]):
+            y[p] = v
+    return tuple(carry) + tuple(ys) + tuple(hist)
+
+
+def _while_impl(*args, cond, body, n_consts, kind, out_avals):
+    consts = list(args[:n_consts])
+    val = [np.asarray(v) for v in args[n_consts:]]
+    while bool(_evaluate(cond, *consts, *val)[0]):
+        val = _evaluate(body, *consts, *val)
+    return tuple(val)
+
+
+def _proj_abs(t, index, shape, dtype):
+    return tuple(shape), np.dtype(dtype)
+
+
+def _proj_impl(t, index, shape, dtype):
+    return t[index]
+
+
+PRIMS["cond"] = Prim("cond", "control", _tuple_abs, _cond_impl)
+PRIMS["scan"] = Prim("scan", "control", _tuple_abs, _scan_impl)
+PRIMS["while"] = Prim("while", "control", _tuple_abs, _while_impl)
+PRIMS["proj"] = Prim("proj", "structural", _proj_abs, _proj_impl)
+
+
+# ---- reverse mode ---------------------------------------------------------------------------------------
+def inline(graph, args):
+    """Apply `graph`'s nodes to `args` with `bind`: records them on the current trace."""
+    env = {n.id: a for n, a in zip(graph.inputs, args)}
+    for node in graph.nodes:
+        if node.op == "input":
+            continue
+        if node.op == "const":
+            env[node.id] = node.value
+            continue
+        env[node.id] = bind(node.op, *[env[i.id] for i in node.inputs], **node.p)
+    return [env[n.id] for n in graph.outputs]
+
+
+def _is_float(dtype):
+    return np.dtype(dtype).kind == "f"
+
+
+def _vjp_graph(graph, diff_mask, name):
+    """A graph (inputs..., cotangents of outputs...) -> cotangents of the inputs in diff_mask.
+
+    It recomputes graph's forward values from its inputs, then runs the reverse sweep."""
+    from .ad import backward_multi
+    ins = graph.inputs
+    out_float = [_is_float(n.dtype) for n in graph.outputs]
+    avals = [(n.shape, n.dtype, False) for n in ins]
+    avals += [(n.shape, n.dtype, False) for n, f in zip(graph.outputs, out_float) if f]
+
+    def fun(*xs):
+        trace = xs[0]._trace if xs else None
+        primal = list(xs[:len(ins)])
+        cts = list(xs[len(ins):])
+        start = len(trace.nodes)
+        outs = inline(graph, primal)
+        wrt = [p.node for p, m in zip(primal, diff_mask) if m]
+        seeds, out_nodes = [], []
+        it = iter(cts)
+        for o, f in zip(outs, out_float):
+            if f:
+                ct = next(it)
+                if isinstance(o, Tensor) and o._trace is trace:
+                    out_nodes.append(o.node)
+                    seeds.append(ct)
+        return backward_multi(trace.nodes[start:], out_nodes, wrt, trace.tracer, seeds)
+
+    g, _, caps = trace_subgraph(fun, avals, name)
+    if caps:
+        raise AssertionError("a VJP subgraph captured outer values")
+    return g
+
+
+def _zeros(shape, dtype):
+    return np.zeros(shape, dtype)
+
+
+def scan_vjp(cts, node, value_of):
+    """Reverse of a scan: a scan the other way over the stored carries, accumulating the
+    cotangents of captured values; per-iteration cotangents of xs come out as its ys."""
+    from . import numpy_api as jnp
+    p = node.p
+    body, T, nc, nk = p["body"], p["length"], p["n_consts"], p["n_carry"]
+    args = [value_of(x) for x in node.inputs]
+    consts, init, xs = args[:nc], args[nc:nc + nk], args[nc + nk:]
+    avals = p["out_avals"]
+    n_y = len(avals) - 2 * nk
+    t = value_of(node)
+    hist = [bind("proj", t, index=nk + n_y + k, shape=avals[nk + n_y + k][0],
+                 dtype=avals[nk + n_y + k][1]) for k in range(nk)]
+    # body inputs: i, consts, carry, x; differentiate float consts, carries, xs
+    b_ins = body.inputs
+    mask = [False] + [_is_float(n.dtype) for n in b_ins[1:]]
+    vjp = _vjp_graph(body, mask, f"{body.meta.get('name', 'body')}_vjp")
+    out_float = [_is_float(n.dtype) for n in body.outputs]
+    ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)]
+    ct_carry = [ct[k] for k in range(nk) if out_float[k]]
+    ct_ys = [ct[nk + k] for k in range(n_y) if out_float[nk + k]]
+    fc = [k for k in range(nc) if mask[1 + k]]            # differentiated consts
+    fk = [k for k in range(nk) if mask[1 + nc + k]]       # differentiated carries
+    fx = [k for k in range(len(xs)) if mask[1 + nc + nk + k]]
+
+    def bstep(i, carry, x):
+        ctc, acc = carry
+        hc, xv, cty = x
+        primal = [i] + list(consts) + list(hc) + list(xv)
+        res = inline(vjp, primal + list(ctc) + list(cty))
+        r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
+        # a carry keeps its dtype, so the float carries are exactly the differentiated ones
+        return (list(r_k), [a + r for a, r in zip(acc, r_c)]), list(r_x)
+
+    acc0 = [jnp.zeros_like(consts[k]) for k in fc]
+    xs_b = (hist, list(xs), ct_ys)
+    (ct_init, ct_consts), ct_xs = _scan(bstep, (ct_carry, acc0), xs_b, T, not p["reverse"],
+                                        p["start"], "scan", body)
+    out = [None] * len(node.inputs)
+    for j, k in enumerate(fc):
+        out[k] = ct_consts[j]
+    for j, k in enumerate(fk):
+        out[nc + k] = ct_init[j]
+    for j, k in enumerate(fx):
+        out[nc + nk + k] = ct_xs[j]
+    return out
+
+
+def cond_vjp(cts, node, value_of):
+    """Reverse of a cond: a cond on the same predicate over the branches' VJP graphs."""
+    from . import numpy_api as jnp
+    gf, gt = node.p["branches"]
+    args = [value_of(x) for x in node.inputs]
+    pred, ops = args[0], args[1:]
+    avals = node.p["out_avals"]
+    mask = [_is_float(n.dtype) for n in node.inputs[1:]]
+    vf = _vjp_graph(gf, mask, "false_vjp")
+    vt = _vjp_graph(gt, mask, "true_vjp")
+    ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)
+          if _is_float(d)]
+    n = len(ops)
+    res = cond(pred, lambda *a: inline(vt, list(a)), lambda *a: inline(vf, list(a)), *ops, *ct)
+    out = [None]
+    it = iter(res)
+    for m in mask:
+        out.append(next(it) if m else None)
+    assert len(out) == n + 1
+    return out
+
+
+def while_vjp(cts, node, value_of):
+    kind = node.p["kind"]
+    what = ("fori_loop with a traced bound" if kind == "fori_loop" else "while_loop")
+    raise GradError(
+        f"{what} is not reverse-differentiable: its trip count is only known when it runs, so "
+        "the carries to store cannot be planned; use fori_loop with Python-int bounds, or scan")
+
+
+CONTROL_VJP = {"scan": scan_vjp, "cond": cond_vjp, "while": while_vjp}

@@ -1,0 +1,267 @@
+"""Structured control flow (cond, fori_loop, scan, while_loop) and higher-order derivatives."""
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from test_ops import TABLE, diff_argnums, make_args
+
+pytestmark = pytest.mark.xdist_group("control")
+
+
+def fd_grad(f, x, eps=1e-6):
+    """Central differences of scalar f at x (float64)."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+def close(a, b, rtol=1e-12, atol=1e-13):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+# ---- cond ------------------------------------------------------------------------------------------
+def f_cond(x, w):
+    s = np.sum(x * w)
+    y = jg.cond(s > 0, lambda a: np.sin(a) * w, lambda a: np.cos(a) + w * w, x)
+    return np.sum(y ** 2)
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_cond_takes_either_branch_in_one_compiled_graph(backend):
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal(4), rng.standard_normal(4)
+    f = jg.jit_grad(f_cond, argnums=(0, 1), backend=backend)
+    for xx in (x, -x):         # the two calls take different branches
+        v, (gx, gw) = f(xx, w)
+        v_ref, (gx_ref, gw_ref) = jg.value_and_grad(f_cond, argnums=(0, 1))(xx, w)
+        close(v, v_ref)
+        close(gx, gx_ref)
+        close(gw, gw_ref)
+        close(gx, fd_grad(lambda t: f_cond(t, w), xx), rtol=1e-7, atol=1e-8)
+    assert f.cache_info().traces == 1
+    text = str(f.lower(x, w).graph)
+    assert "cond[" in text and text.count("{ lambda") >= 3
+
+
+def test_cond_branch_mismatch_names_both():
+    def bad(x):
+        return jg.cond(np.sum(x) > 0, lambda a: a, lambda a: np.sum(a), x)
+
+    with pytest.raises(jg.ShapeError, match=r"true_fun .* float64\[3\] but false_fun .* float64\[\]"):
+        jg.jit(bad, backend="python")(np.ones(3))
+
+
+def test_cond_outside_a_trace_is_python():
+    assert jg.cond(True, lambda a: a + 1, lambda a: a - 1, 1.0) == 2.0
+    v, g = jg.value_and_grad(lambda x: jg.cond(x > 0, np.sin, np.cos, x))(0.5)
+    assert g == pytest.approx(np.cos(0.5))
+
+
+# ---- loops -----------------------------------------------------------------------------------------
+def euler(k, y0, steps=200, dt=0.01):
+    """Explicit Euler for dy/dt = -k y + sin(t), differentiated w.r.t. k and y0."""
+    def body(i, y):
+        return y + dt * (-k * y + np.sin(dt * i))
+    return np.sum(jg.fori_loop(0, steps, body, y0) ** 2)
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_fori_loop_gradient_is_a_real_loop(backend):
+    k, y0 = np.array([0.5, 1.5, 2.0]), np.array([1.0, -2.0, 0.5])
+    f = jg.jit_grad(euler, argnums=(0, 1), backend=backend)
+    v, (gk, gy) = f(k, y0)
+    v_ref, (gk_ref, gy_ref) = jg.value_and_grad(euler, argnums=(0, 1))(k, y0)   # Python loop
+    close(v, v_ref)
+    close(gk, gk_ref)
+    close(gy, gy_ref)
+    close(gk, fd_grad(lambda t: euler(t, y0), k), rtol=1e-6, atol=1e-8)
+    low = f.lower(k, y0)
+    assert "for " in low.source and "range(n" in low.source       # trip count is not unrolled
+    assert low.source.count("np.sin") <= 4
+
+
+def f_scan(w, xs):
+    def body(c, x):
+        c = np.tanh(c * w + x)
+        return c, np.sum(c * c)
+    c, ys = jg.scan(body, np.zeros(3), xs)
+    return np.sum(c) + np.sum(ys * np.arange(1.0, 1 + xs.shape[0]))
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_scan_gradients(backend):
+    rng = np.random.default_rng(2)
+    w, xs = rng.standard_normal(3), rng.standard_normal((7, 3))
+    v, (gw, gxs) = jg.jit_grad(f_scan, argnums=(0, 1), backend=backend)(w, xs)
+    v_ref, (gw_ref, gxs_ref) = jg.value_and_grad(f_scan, argnums=(0, 1))(w, xs)
+    close(v, v_ref)
+    close(gw, gw_ref)
+    close(gxs, gxs_ref)
+    close(gw, fd_grad(lambda t: f_scan(t, xs), w), rtol=1e-6, atol=1e-8)
+
+
+def test_scan_reverse_and_pytree_carry():
+    def f(a, xs):
+        def body(c, x):
+            h, s = c
+            h = np.sin(h * a + x["u"]) + x["v"]
+            return (h, s + np.sum(h)), h[0]
+        (h, s), ys = jg.scan(body, (np.ones(2), 0.0), {"u": xs, "v": xs[:, ::-1]}, reverse=True)
+        return s + np.sum(ys * ys) + np.sum(h)
+
+    a, xs = np.array([0.3, -0.7]), np.linspace(-1, 1, 10).reshape(5, 2)
+    v, g = jg.jit_grad(f, argnums=(0, 1), backend="python")(a, xs)
+    v_ref, g_ref = jg.value_and_grad(f, argnums=(0, 1))(a, xs)
+    close(v, v_ref)
+    close(g[0], g_ref[0])
+    close(g[1], g_ref[1])
+
+
+def test_nested_loops():
+    def f(w):
+        def outer(i, c):
+            inner = jg.fori_loop(0, 3, lambda j, d: np.tanh(d * w) + 0.1 * j, c)
+            return inner + 0.01 * i
+        return np.sum(jg.fori_loop(0, 4, outer, np.ones(2)) ** 2)
+
+    w = np.array([0.9, 1.1])
+    v, g = jg.jit_grad(f, backend="python")(w)
+    v_ref, g_ref = jg.value_and_grad(f)(w)
+    close(v, v_ref)
+    close(g, g_ref)
+    close(g, fd_grad(f, w), rtol=1e-6, atol=1e-8)
+    src = jg.jit_grad(f, backend="python").lower(w).source
+    assert "s0_s0_kernel" in src or "s0_kernel" in src
+
+
+def test_traced_trip_count_and_while_loop_forward_only():
+    def power(x, n):
+        return jg.fori_loop(0, n, lambda i, c: c * 1.5, x)
+
+    f = jg.jit(power, backend="python")
+    close(f(np.ones(2), 3), np.full(2, 1.5 ** 3))
+    close(f(np.ones(2), 5), np.full(2, 1.5 ** 5))
+    assert f.cache_info().traces == 1            # n is a traced scalar: one graph for every n
+    with pytest.raises(jg.GradError, match="fori_loop with a traced bound is not reverse-differentiable"):
+        jg.jit_grad(lambda x, n: np.sum(power(x, n)), backend="python")(np.ones(2), 3)
+
+    def doubling(x):
+        return jg.while_loop(lambda c: np.sum(c) < 100, lambda c: c * 2, x)
+
+    close(jg.jit(doubling, backend="python")(np.ones(3)), np.full(3, 64.0))
+    close(doubling(np.ones(3)), np.full(3, 64.0))
+    with pytest.raises(jg.GradError, match="while_loop is not reverse-differentiable"):
+        jg.jit_grad(lambda x: np.sum(doubling(x)), backend="python")(np.ones(3))
+
+
+def test_carry_must_keep_its_type():
+    with pytest.raises(jg.ShapeError, match="carry 0 enters the body .* float64\\[2\\] but leaves as"):
+        jg.jit(lambda x: jg.fori_loop(0, 3, lambda i, c: np.sum(c), x), backend="python")(np.ones(2))
+
+
+def test_long_fori_loop_compiles_as_one_loop():
+    f = jg.jit_grad(lambda k, y: euler(k, y, steps=10_000, dt=1e-4), argnums=(0, 1))
+    k, y0 = np.array([0.5, 1.5]), np.array([1.0, 2.0])
+    v, (gk, gy) = f(k, y0)
+    # reference: the same recurrence and its adjoint, by hand in float64
+    ys = [y0]
+    for i in range(10_000):
+        ys.append(ys[-1] + 1e-4 * (-k * ys[-1] + np.sin(1e-4 * i)))
+    lam = 2 * ys[-1]
+    gk_ref = np.zeros(2)
+    for i in range(9_999, -1, -1):
+        gk_ref += lam * (-1e-4 * ys[i])
+        lam = lam * (1 - 1e-4 * k)
+    close(v, np.sum(ys[-1] ** 2))
+    close(gk, gk_ref, rtol=1e-10)
+    close(gy, lam, rtol=1e-10)
+    assert len(f.lower(k, y0).graph.nodes) < 40
+
+
+# ---- higher order --------------------------------------------------------------------------------------
+def test_jit_grad_of_a_function_that_takes_gradients():
+    def f(x):
+        return np.sum(np.tanh(x) ** 3) + np.sum(x[:2] * x[1:3])
+
+    def gnorm(x):
+        _, g = jg.value_and_grad(f)(x)
+        return np.sum(g * g)
+
+    def gnorm_jit(x):
+        _, g = jg.jit_grad(f)(x)
+        return np.sum(g * g)
+
+    x = np.random.default_rng(3).standard_normal(5)
+    v_ref, g_ref = jg.value_and_grad(gnorm)(x)
+    for fun in (gnorm, gnorm_jit):
+        v, g = jg.jit_grad(fun, backend="python")(x)
+        close(v, v_ref)
+        close(g, g_ref)
+    close(g_ref, fd_grad(gnorm, x), rtol=1e-6, atol=1e-8)
+
+
+SECOND_ORDER = [
+    ("sin", np.sin, "real"), ("cos", np.cos, "real"), ("tanh", np.tanh, "real"),
+    ("exp", np.exp, "real"), ("log", np.log, "positive"), ("sqrt", np.sqrt, "positive"),
+    ("sigmoid", jg.sigmoid, "real"), ("pow3", lambda x: x ** 3, "real"),
+    ("recip", lambda x: 1 / x, "positive"), ("arctan", np.arctan, "real"),
+    ("sum", lambda x: np.sum(x * x, axis=0), "real"), ("max", lambda x: np.max(x * x, axis=1), "real"),
+    ("prod", lambda x: np.prod(x, axis=1), "positive"), ("mean", lambda x: np.mean(np.sin(x), 0), "real"),
+    ("logsumexp", lambda x: jg.logsumexp(x, axis=1), "real"), ("softmax", lambda x: jg.softmax(x, 1), "real"),
+    ("matmul", lambda x: x @ x.T, "real"),
+]
+
+
+@pytest.mark.parametrize("name,fn,domain", SECOND_ORDER, ids=[s[0] for s in SECOND_ORDER])
+def test_second_derivatives_against_finite_differences(name, fn, domain):
+    rng = np.random.default_rng(abs(hash(name)) % 2 ** 32)
+    x = rng.uniform(0.5, 2.0, (3, 4)) if domain == "positive" else rng.standard_normal((3, 4))
+    v = rng.standard_normal((3, 4))
+    wts = rng.standard_normal(np.shape(fn(x)))
+
+    def loss(x):
+        return np.sum(fn(x) * wts)
+
+    hv = jg.hvp(loss, backend="python")(x, v)
+    grad = jg.grad(loss)
+    eps = 1e-5
+    fd = (grad(x + eps * v) - grad(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-7)
+
+
+HVP_ENTRIES = [e for e in TABLE[::4] if diff_argnums(e)]
+
+
+@pytest.mark.parametrize("entry", HVP_ENTRIES, ids=lambda e: f"{e.name}-{len(e.specs)}")
+def test_hvp_of_table_programs_matches_differences_of_gradients(entry):
+    args = make_args(entry, np.float64)
+    nums = diff_argnums(entry)
+    rng = np.random.default_rng(7)
+    vs = tuple(rng.standard_normal(np.shape(args[a])) for a in nums)
+    hv = jg.hvp(entry.fn, argnums=nums, backend="python")(*args, vs)
+    grad = jg.grad(entry.fn, argnums=nums)
+    eps = 1e-5
+
+    def shifted(s):
+        a = list(args)
+        for k, i in enumerate(nums):
+            a[i] = args[i] + s * vs[k]
+        return grad(*a)
+
+    gp, gm = shifted(eps), shifted(-eps)
+    for k in range(len(nums)):
+        fd = (np.asarray(gp[k]) - np.asarray(gm[k])) / (2 * eps)
+        scale = max(1.0, float(np.max(np.abs(fd))))
+        np.testing.assert_allclose(hv[k], fd, rtol=1e-5, atol=2e-6 * scale)
+
+
+def test_hvp_compiled_matches_python_backend():
+    def f(w, x):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    rng = np.random.default_rng(4)
+    w, x, v = rng.standard_normal((4, 3)), rng.standard_normal((6, 4)), rng.standard_normal((4, 3))
+    close(jg.hvp(f)(w, x, v), jg.hvp(f, backend="python")(w, x, v))
