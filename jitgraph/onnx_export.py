@@ -35,7 +35,7 @@ from .tree import tree_flatten
 
 DEFAULT_OPSET = 18
 MIN_OPSET = 13          # ReduceSum axes and Pad pads are inputs from here on
-CONTROL_FLOW_OPS = ("cond", "fori_loop", "scan", "while_loop", "while")
+CONTROL_FLOW_OPS = ("cond", "fori_loop", "scan", "while_loop", "while", "proj")
 
 _INT64_MIN = -(2 ** 63)
 
