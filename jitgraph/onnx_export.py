@@ -18,6 +18,22 @@ semantics where plain ONNX operators leave them open:
   Slice, `scatter_add` (the adjoint of gather) from ScatterElements with
   `reduction="add"`, so repeated indices accumulate.
 
+Control flow maps to ONNX subgraphs, converted recursively with the same
+mapping (so nested loops and gradients of loops export too):
+
+* `cond` -> `If` (then_branch: the true graph, else_branch: the false graph);
+* `scan` (`scan`, `fori_loop` with static bounds) -> `Loop` with trip count
+  `length`: the carries are loop-carried values, the ys (and the carry history,
+  when a `proj` reads it) are scan outputs; `reverse=True` visits position
+  `length-1-iter` and the stacked outputs are reversed back into position order;
+* `while` (`while_loop`, `fori_loop` with traced bounds) -> `Loop` with no trip
+  count, whose condition is the cond graph evaluated before the loop and again
+  at the end of every iteration;
+* `proj` -> an Identity of the control node's chosen output.
+
+Subgraphs read operands, captured values and constants from the enclosing
+scopes by name; every value name is unique across the whole model.
+
 Each ONNX node is named after the IR value it computes (the names `print(graph)`
 uses) and carries that IR line as its doc string; IR values keep their IR names
 inside the model, so a model in Netron reads like the printed graph.
@@ -25,12 +41,14 @@ inside the model, so a model in Netron reads like the printed graph.
 `onnx` is imported only when exporting (`pip install jitgraph[onnx]`).
 """
 import inspect
+import itertools
 import os
 import uuid
 
 import numpy as np
 
 from .errors import NotSupportedError
+from .graph import Graph
 from .tree import tree_flatten
 
 DEFAULT_OPSET = 18
@@ -73,10 +91,10 @@ def _unsupported_error(nodes, names):
     for op, n in first.items():
         where_ = _node_location(n)
         if op in CONTROL_FLOW_OPS:
-            parts.append(f"control-flow op '{op}' (value {names[n.id]}){where_} cannot be exported to "
-                         "ONNX yet: no mapping to ONNX If/Loop/Scan is implemented")
+            parts.append(f"control-flow op '{op}' (value {names.get(n.id, '?')}){where_} has no ONNX "
+                         "mapping (only the IR ops cond, scan, while and proj map, to If/Loop)")
         else:
-            parts.append(f"op '{op}' (value {names[n.id]}){where_} has no ONNX mapping")
+            parts.append(f"op '{op}' (value {names.get(n.id, '?')}){where_} has no ONNX mapping")
     return NotSupportedError("ONNX export failed: " + "; ".join(parts))
 
 
@@ -90,7 +108,17 @@ class _Builder:
         self.used = set()
         self._small = {}          # (dtype, shape, bytes) -> name, so helper constants are shared
         self.scope, self.doc = "", ""
-        self._count = 0
+        self._counter = itertools.count(1)
+
+    def child(self):
+        """A builder for a subgraph: its own node list, but the value names, initializers,
+        shared constants and node numbering of the whole model (subgraphs read the
+        initializers from the outer scope, and no name is ever reused)."""
+        c = object.__new__(_Builder)
+        c.__dict__.update(self.__dict__)
+        c.nodes = []
+        c.scope, c.doc = self.scope, ""
+        return c
 
     def fresh(self, base):
         """A value name not used yet: `base`, or `base_1`, `base_2`, ..."""
@@ -122,11 +150,18 @@ class _Builder:
         """Append one node; returns its (single) output name."""
         if out is None:
             out = self.fresh(f"{self.scope}_{op_type.lower()}" if self.scope else op_type.lower())
-        self._count += 1
+        return self.op_multi(op_type, inputs, [out], **attrs)[0]
+
+    def op_multi(self, op_type, inputs, outs, **attrs):
+        """Append one node with several (already named) outputs; returns them."""
         self.nodes.append(self.helper.make_node(
-            op_type, list(inputs), [out], name=f"{self.scope or 'node'}/{op_type}_{self._count}",
+            op_type, list(inputs), list(outs),
+            name=f"{self.scope or 'node'}/{op_type}_{next(self._counter)}",
             doc_string=self.doc, **attrs))
-        return out
+        return list(outs)
+
+    def value_info(self, name, shape, dtype):
+        return self.helper.make_tensor_value_info(name, self.tensor_type(dtype), list(shape))
 
     def tensor_type(self, dtype):
         return self.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -471,9 +506,214 @@ def _scatter_add(b, node, ins, out):
     b.op("ScatterElements", [zeros, ind, upd], out, axis=axis, reduction="add")
 
 
+# ---- control flow -----------------------------------------------------------------------------
+# A control node's value is a tuple: its emitter returns one ONNX value name per element
+# (`out_avals`), and `proj` nodes pick from that list.
+_CONTROL_EMITTERS = {}
+
+
+def _emits_control(*ops):
+    def register(fn):
+        for op in ops:
+            _CONTROL_EMITTERS[op] = fn
+        return fn
+    return register
+
+
+@_emits("proj")
+def _proj(b, node, ins, out):
+    b.op("Identity", [ins[0][int(node.p["index"])]], out)
+
+
+def _emit_subgraph(b, graph, in_names, prefix):
+    """Emit `graph` applied to the values `in_names` into builder `b`.
+
+    Returns one fresh name per graph output, each produced by a node of `b` (an
+    ONNX subgraph output must be computed inside that subgraph, even when the IR
+    output is an input, a constant or a value repeated among the outputs).
+    """
+    value = {n.id: nm for n, nm in zip(graph.inputs, in_names)}
+    _emit_graph(b, graph, value, prefix=prefix)
+    b.scope, b.doc = prefix.rstrip("."), ""
+    return [b.op("Identity", [value[o.id]], b.fresh(f"{prefix}out{k}"))
+            for k, o in enumerate(graph.outputs)]
+
+
+def _make_subgraph(b, c, name, inputs, outputs):
+    """The ONNX GraphProto of child builder `c`; inputs/outputs are (name, shape, dtype)."""
+    return b.helper.make_graph(c.nodes, name, [b.value_info(*v) for v in inputs],
+                               [b.value_info(*v) for v in outputs])
+
+
+def _out_avals(node):
+    return [(tuple(s), np.dtype(d)) for s, d in node.p["out_avals"]]
+
+
+@_emits_control("cond")
+def _cond(b, node, ins, used):
+    scope = b.scope
+    pred, args = ins[0], ins[1:]
+    avals = _out_avals(node)
+    if not avals:
+        raise NotSupportedError(f"ONNX export: a cond with no outputs (ONNX If needs at least one)"
+                                f"{_node_location(node)}")
+    false_graph, true_graph = node.p["branches"]
+    attrs = {}
+    for attr, g, role in (("then_branch", true_graph, "true"), ("else_branch", false_graph, "false")):
+        c = b.child()
+        # operands and captured values are read from the outer scope by name
+        res = _emit_subgraph(c, g, args, f"{scope}.{role}.")
+        attrs[attr] = _make_subgraph(b, c, f"{scope}_{role}_branch", [],
+                                     [(r, s, d) for r, (s, d) in zip(res, avals)])
+    outs = [b.fresh(f"{scope}.{k}") for k in range(len(avals))]
+    b.scope = scope
+    return b.op_multi("If", [b.cast(pred, node.inputs[0].dtype, np.bool_)], outs, **attrs)
+
+
+def _reverse_axis0(b, x):
+    return b.op("Slice", [x, b.ints([-1]), b.ints([_INT64_MIN]), b.ints([0]), b.ints([-1])])
+
+
+@_emits_control("scan")
+def _scan(b, node, ins, used):
+    p = node.p
+    scope = b.scope
+    T, nc, nk = int(p["length"]), int(p["n_consts"]), int(p["n_carry"])
+    reverse, start = bool(p["reverse"]), int(p["start"])
+    consts, init, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+    avals = _out_avals(node)
+    n_y = len(avals) - 2 * nk
+    if T == 0:
+        # no iteration: the carries pass through, the stacked outputs are empty
+        return ([b.op("Identity", [x]) for x in init] +
+                [b.fill(s, 0, d) for s, d in avals[nk:]])
+    # the carry history (the carry entering each position) is a scan output only when read
+    hist = [k for k in range(nk) if nk + n_y + k in used]
+    c = b.child()
+    it, cond_in = c.fresh(f"{scope}.iter"), c.fresh(f"{scope}.cond_in")
+    carry_in = [c.fresh(f"{scope}.carry{k}") for k in range(nk)]
+    pos = c.op("Sub", [c.const(T - 1, np.int64), it]) if reverse else it
+    i_val = c.op("Add", [pos, c.const(start, np.int64)]) if start else pos
+    x_slices = [c.op("Gather", [x, pos], axis=0) for x in xs]
+    res = _emit_subgraph(c, p["body"], [i_val] + consts + carry_in + x_slices, f"{scope}.body.")
+    c.scope = scope
+    cond_out = c.op("Identity", [cond_in])
+    hist_out = [c.op("Identity", [carry_in[k]]) for k in hist]
+    carry_avals = avals[:nk]
+    step_avals = [(s[1:], d) for s, d in avals[nk:nk + n_y]] + [carry_avals[k] for k in hist]
+    # Loop body: (iter, cond, carries...) -> (cond, carries..., per-iteration scan outputs...)
+    body_ins = [(it, (), np.int64), (cond_in, (), np.bool_)]
+    body_ins += [(n, s, d) for n, (s, d) in zip(carry_in, carry_avals)]
+    body_outs = [(cond_out, (), np.bool_)] + [(n, s, d) for n, (s, d) in zip(res[:nk], carry_avals)]
+    body_outs += [(n, s, d) for n, (s, d) in zip(res[nk:] + hist_out, step_avals)]
+    body = _make_subgraph(b, c, f"{scope}_body", body_ins, body_outs)
+    b.scope = scope
+    finals = [b.fresh(f"{scope}.{k}") for k in range(nk)]
+    stacked = [b.fresh(f"{scope}.{k}") for k in list(range(nk, nk + n_y)) + [nk + n_y + k for k in hist]]
+    b.op_multi("Loop", [b.const(T, np.int64), b.const(True, np.bool_)] + init, finals + stacked, body=body)
+    if reverse and T > 1:
+        # iteration `it` visited position T-1-it: put the stacked values back in position order
+        stacked = [_reverse_axis0(b, x) for x in stacked]
+    outs = finals + stacked[:n_y] + [None] * nk
+    for k, x in zip(hist, stacked[n_y:]):
+        outs[nk + n_y + k] = x
+    return outs
+
+
+@_emits_control("while")
+def _while(b, node, ins, used):
+    p = node.p
+    scope = b.scope
+    nc = int(p["n_consts"])
+    consts, init = ins[:nc], ins[nc:]
+    cond_graph, body_graph = p["cond"], p["body"]
+    c_dtype = cond_graph.outputs[0].dtype
+    avals = _out_avals(node)
+    # the condition before the first iteration, computed in the enclosing graph
+    first = _emit_subgraph(b, cond_graph, consts + init, f"{scope}.cond0.")[0]
+    b.scope = scope
+    first = b.cast(first, c_dtype, np.bool_)
+    c = b.child()
+    it, cond_in = c.fresh(f"{scope}.iter"), c.fresh(f"{scope}.cond_in")
+    carry_in = [c.fresh(f"{scope}.carry{k}") for k in range(len(init))]
+    new = _emit_subgraph(c, body_graph, consts + carry_in, f"{scope}.body.")
+    again = _emit_subgraph(c, cond_graph, consts + new, f"{scope}.cond.")[0]
+    c.scope = scope
+    if c_dtype != np.bool_:
+        again = c.op("Cast", [again], to=b.tensor_type(np.bool_))
+    body = _make_subgraph(
+        b, c, f"{scope}_body",
+        [(it, (), np.int64), (cond_in, (), np.bool_)] + [(n, s, d) for n, (s, d) in zip(carry_in, avals)],
+        [(again, (), np.bool_)] + [(n, s, d) for n, (s, d) in zip(new, avals)])
+    b.scope = scope
+    outs = [b.fresh(f"{scope}.{k}") for k in range(len(avals))]
+    # no trip count (""): the loop runs while the condition holds
+    return b.op_multi("Loop", ["", first] + init, outs, body=body)
+
+
+def _subgraphs(node):
+    for _, v in node.params:
+        if isinstance(v, Graph):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (g for g in v if isinstance(g, Graph))
+
+
+def _unmapped_nodes(graph):
+    """Nodes of `graph` and of its subgraphs (recursively) that have no ONNX mapping."""
+    out = []
+    for n in graph.nodes:
+        if n.op in ("input", "const"):
+            continue
+        if n.op not in _EMITTERS and n.op not in _CONTROL_EMITTERS:
+            out.append(n)
+        for g in _subgraphs(n):
+            out += _unmapped_nodes(g)
+    return out
+
+
 def supported_ops():
     """The primitive names `graph_to_onnx` can export."""
-    return frozenset(_EMITTERS)
+    return frozenset(_EMITTERS) | frozenset(_CONTROL_EMITTERS)
+
+
+def _emit_graph(b, graph, value, direct=None, prefix=""):
+    """Emit every node of `graph` into `b`; `value` maps the bound input ids to names and
+    receives every node's name (a list of names for a control node).
+
+    `direct` maps node ids to the name they must take (top-level outputs). Returns the
+    value_info of the tensors named here, for the top level graph.
+    """
+    direct = direct or {}
+    ir_names = graph.names()
+    labels = {k: v for k, v in value.items()}
+    proj_used = {}
+    for n in graph.nodes:
+        if n.op == "proj":
+            proj_used.setdefault(n.inputs[0].id, set()).add(int(n.p["index"]))
+    value_info = []
+    for node in graph.nodes:
+        if node.op == "input":
+            continue
+        ir = prefix + ir_names[node.id]
+        if node.op == "const":
+            value[node.id] = labels[node.id] = b.initializer(node.value, b.fresh(ir))
+            continue
+        ins = [value[i.id] for i in node.inputs]
+        control = node.dtype == object
+        out = None if control else direct.get(node.id) or b.fresh(ir)
+        labels[node.id] = ir if control else out
+        # the doc string is the IR line spelled with the model's value names
+        b.scope, b.doc = ir, graph.node_line(node, labels)
+        if control:
+            value[node.id] = _CONTROL_EMITTERS[node.op](b, node, ins, proj_used.get(node.id, set()))
+            continue
+        value[node.id] = out
+        _EMITTERS[node.op](b, node, ins, out)
+        if node.id not in direct:
+            value_info.append(b.value_info(out, node.shape, node.dtype))
+    b.scope, b.doc = "", ""
+    return value_info
 
 
 # ---- graph -> model ------------------------------------------------------------------------
@@ -513,8 +753,9 @@ def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=N
         name: the ONNX graph name (default: the traced function's name).
 
     Raises:
-        NotSupportedError: an op without an ONNX mapping (control flow, for now);
-            the message names every such op and, where recorded, the user line.
+        NotSupportedError: an op without an ONNX mapping (also inside branches and
+            loop bodies); the message names every such op and, where recorded,
+            the user line.
     """
     onnx, helper, numpy_helper = _import_onnx()
     opset = DEFAULT_OPSET if opset is None else int(opset)
@@ -522,7 +763,7 @@ def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=N
         raise ValueError(f"opset must be between {MIN_OPSET} and {onnx.defs.onnx_opset_version()} "
                          f"(the installed onnx), got {opset}")
     ir_names = graph.names()
-    missing = [n for n in graph.nodes if n.op not in ("input", "const") and n.op not in _EMITTERS]
+    missing = _unmapped_nodes(graph)
     if missing:
         raise _unsupported_error(missing, ir_names)
 
@@ -545,22 +786,7 @@ def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=N
         if node.op not in ("input", "const") and node.id not in direct:
             direct[node.id] = nm
 
-    value_info = []
-    for node in graph.nodes:
-        if node.op == "input":
-            continue
-        ir = ir_names[node.id]
-        if node.op == "const":
-            value[node.id] = b.initializer(node.value, b.fresh(ir))
-            continue
-        out = direct.get(node.id) or b.fresh(ir)
-        value[node.id] = out
-        # the doc string is the IR line spelled with the model's value names
-        b.scope, b.doc = ir, graph.node_line(node, value)
-        _EMITTERS[node.op](b, node, [value[i.id] for i in node.inputs], out)
-        if node.id not in direct:
-            value_info.append(helper.make_tensor_value_info(out, b.tensor_type(node.dtype), node.shape))
-    b.scope, b.doc = "", ""
+    value_info = _emit_graph(b, graph, value, direct)
     for node, nm in zip(graph.outputs, output_names):
         if direct.get(node.id) != nm:
             b.op("Identity", [value[node.id]], nm)
@@ -665,8 +891,8 @@ def export_onnx(fun, *example_args, path=None, gradient=False, argnums=0, has_au
         `path` (as a string), or the `ModelProto` when `path` is None.
 
     Raises:
-        NotSupportedError: `fun` uses an op with no ONNX mapping (e.g. control
-            flow); nothing is written.
+        NotSupportedError: `fun` uses an op with no ONNX mapping; nothing is
+            written.
         ModuleNotFoundError: the `onnx` package is missing (`pip install jitgraph[onnx]`).
     """
     _import_onnx()

@@ -147,19 +147,143 @@ def test_extra_program(name, fn, args, new):
         check_program(fn, args, new, 0, np.float64, gradient=True)
 
 
+def _ops(graph):
+    """Op names of `graph` and, recursively, of its branches and loop bodies."""
+    ops = set()
+    for n in graph.nodes:
+        ops.add(n.op)
+        for _, v in n.params:
+            for g in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(g, Graph):
+                    ops |= _ops(g)
+    return ops
+
+
 def test_every_prim_maps_and_is_covered():
-    """Each primitive except control flow has an ONNX mapping, and the tests above run it."""
-    unmapped = set(PRIMS) - set(CONTROL_FLOW_OPS) - supported_ops()
+    """Each primitive, control flow included, has an ONNX mapping, and the tests above run it."""
+    unmapped = set(PRIMS) - supported_ops()
     assert not unmapped, f"prims without an ONNX mapping: {sorted(unmapped)}"
+    assert {"cond", "scan", "while", "proj"} <= supported_ops()
     covered = set()
     for entry in TABLE:
         args = make_args(entry, np.float64)
         for grad in (False, True):
-            covered |= {n.op for n in jg.make_graph(entry.fn, diff_argnums(entry), grad=grad)(*args).nodes}
+            covered |= _ops(jg.make_graph(entry.fn, diff_argnums(entry), grad=grad)(*args))
     for _, fn, args, _ in EXTRA:
-        covered |= {n.op for n in jg.make_graph(fn)(*args).nodes}
+        covered |= _ops(jg.make_graph(fn)(*args))
+    for _, fn, args, _, grads in CONTROL:
+        for grad in grads:
+            covered |= _ops(jg.make_graph(fn, grad=grad)(*args))
     missing = supported_ops() - covered
     assert not missing, f"mapped prims no test program exercises: {sorted(missing)}"
+
+
+# ---- control flow: If and Loop -------------------------------------------------------------------
+def _control_programs():
+    """(name, fn, example args, new args, gradient modes): every control construct, run by
+    ONNX Runtime on inputs that differ from the traced ones (a cond takes the other branch)."""
+    r1, r2 = np.random.default_rng(21), np.random.default_rng(22)
+    x, x2 = r1.standard_normal(4), r2.standard_normal(4)
+    y, y2 = r1.standard_normal(4), r2.standard_normal(4)
+    xs, xs2 = r1.standard_normal((5, 3)), r2.standard_normal((5, 3))
+    pos, neg = np.abs(x) + 0.1, -np.abs(x2) - 0.1
+    weights = np.arange(15.0).reshape(5, 3)
+
+    def cond_closure(x, y):
+        # both branches close over y; the predicate is computed from the data
+        return np.sum(jg.cond(np.sum(x) > 0, lambda a: np.sin(a) * y, lambda a: a * 2.0 + y, x) ** 2)
+
+    def cond_int_pred(x, k):
+        return jg.cond(k, lambda a: (a * 3.0, a - 1.0), lambda a: (np.exp(a), a), x)
+
+    def fori(x):
+        return np.sum(jg.fori_loop(1, 5, lambda i, c: np.sin(c) * i + x, x))
+
+    def scan_xs_ys(c, xs):
+        c2, ys = jg.scan(lambda c, x: (c * np.cos(x) + 1.0, np.tanh(c * x)), c, xs)
+        return np.sum(c2) + np.sum(ys ** 2)
+
+    def scan_reverse(c, xs):
+        c2, ys = jg.scan(lambda c, x: (c * np.cos(x) + 1.0, np.tanh(c * x)), c, xs, reverse=True)
+        return np.sum(c2) + np.sum(ys * weights)       # position-dependent: checks the ys order
+
+    def scan_reverse_ys(c, xs):
+        return jg.scan(lambda c, x: (c + x, c * x), c, xs, reverse=True)
+
+    def nested(x):
+        inner = lambda c: jg.fori_loop(0, 2, lambda j, d: np.sin(d) + x * j, c)
+        return np.sum(jg.fori_loop(0, 3, lambda i, c: inner(c) * 0.5, x))
+
+    def loop_in_cond(x, y):
+        return np.sum(jg.cond(np.sum(y) > 0,
+                              lambda a: jg.fori_loop(0, 3, lambda i, c: c * y + 1.0, a),
+                              lambda a: a - y, x))
+
+    def while_(x):
+        return jg.while_loop(lambda c: np.sum(c[0]) < 10.0, lambda c: (c[0] * 1.5 + x, c[1] + 1),
+                             (x, 0))
+
+    def fori_traced_bound(x, n):
+        return jg.fori_loop(0, n, lambda i, c: c * 0.5 + x * i, x)
+
+    def empty_scan(c, xs):
+        return jg.scan(lambda c, x: (c + x, c * x), c, xs)
+
+    both = (False, True)
+    return [
+        ("cond-closure", cond_closure, (pos, y), (neg, y2), both),
+        ("cond-closure-other", cond_closure, (neg, y), (pos, y2), both),
+        ("cond-int-pred", cond_int_pred, (x, np.int64(1)), (x2, np.int64(0)), (False,)),
+        ("fori_loop", fori, (x,), (x2,), both),
+        ("scan-xs-ys", scan_xs_ys, (x[:3], xs), (x2[:3], xs2), both),
+        ("scan-reverse", scan_reverse, (x[:3], xs), (x2[:3], xs2), both),
+        ("scan-reverse-ys", scan_reverse_ys, (x[:3], xs), (x2[:3], xs2), (False,)),
+        ("nested-fori", nested, (x,), (x2,), both),
+        ("loop-in-cond", loop_in_cond, (x, pos), (x2, neg), both),
+        ("while_loop", while_, (pos,), (np.abs(x2) + 0.2,), (False,)),
+        ("fori-traced-bound", fori_traced_bound, (x, np.int64(3)), (x2, np.int64(5)), (False,)),
+        ("empty-scan", empty_scan, (x[:3], np.zeros((0, 3))), (x2[:3], np.zeros((0, 3))), (False,)),
+    ]
+
+
+CONTROL = _control_programs()
+
+
+@pytest.mark.parametrize("name,fn,args,new,grads", CONTROL, ids=[p[0] for p in CONTROL])
+def test_control_flow_program(name, fn, args, new, grads):
+    for gradient in grads:
+        model, graph = check_program(fn, args, new, 0, np.float64, gradient)
+        ops = {n.op_type for n in model.graph.node}
+        control = {n.op for n in graph.nodes if n.op in ("cond", "scan", "while")}
+        assert ("If" in ops) == ("cond" in control)
+        if control & {"scan", "while"} and name != "empty-scan":
+            assert "Loop" in ops
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_scan_gradient_has_reversed_loop_with_history(dtype):
+    rng = np.random.default_rng(5)
+    c, xs = rng.standard_normal(3).astype(dtype), rng.standard_normal((4, 3)).astype(dtype)
+
+    def f(c, xs):
+        c2, ys = jg.scan(lambda c, x: (np.sin(c) * x, c * x), c, xs)
+        return np.sum(c2) + np.sum(ys)
+
+    graph = jg.make_graph(f, grad=True)(c, xs)
+    scans = [n for n in graph.nodes if n.op == "scan"]
+    assert sorted(n.p["reverse"] for n in scans) == [False, True]
+    # the backward scan reads the forward scan's carry history
+    hist = [n for n in graph.nodes if n.op == "proj" and n.inputs[0].op == "scan"
+            and n.p["index"] >= len(n.inputs[0].p["out_avals"]) - n.inputs[0].p["n_carry"]]
+    assert hist
+    new = (rng.standard_normal(3).astype(dtype), rng.standard_normal((4, 3)).astype(dtype))
+    check_program(f, (c, xs), new, (0, 1), dtype, gradient=True)
+
+
+def test_unmapped_op_inside_a_loop_body_is_named(monkeypatch):
+    monkeypatch.delitem(onnx_export._EMITTERS, "tanh")
+    with pytest.raises(NotSupportedError, match="'tanh'"):
+        export_onnx(lambda x: jg.fori_loop(0, 3, lambda i, c: np.tanh(c), x), np.ones(3))
 
 
 # ---- semantics ONNX leaves open ------------------------------------------------------------------
@@ -315,8 +439,10 @@ class _LocNode(Node):
     __slots__ = ("loc",)
 
 
-@pytest.mark.parametrize("op", ["cond", "while_loop"])
+@pytest.mark.parametrize("op", ["fori_loop", "while_loop"])
 def test_control_flow_is_named_with_its_line(op, tmp_path, monkeypatch):
+    """Control-flow names that are not IR ops (the IR has cond, scan, while) are still named."""
+    assert op in CONTROL_FLOW_OPS and op not in supported_ops()
     x = Node("input", [], {"index": 0}, (3,), np.float64)
     y = _LocNode(op, [x], {}, (3,), np.float64)
     y.loc = ("model.py", 12, "y = jg.cond(p, f, g, x)")
