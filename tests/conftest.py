@@ -1,4 +1,12 @@
 import os
+import shutil
+
+if shutil.which("nvidia-smi") is None:
+    # No GPU expected: run the CUDA target's tests (tests/test_cuda.py) on Numba's CUDA
+    # simulator. Numba reads this when it is first imported, so it must come first.
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import os
 import tempfile
 
 import numpy as np
