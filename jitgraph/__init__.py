@@ -20,6 +20,7 @@ from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, Tra
 from .graph import Graph, Node
 from .interpreter import evaluate
 from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad
+from . import distributed  # noqa: F401  (Dask is imported only when it is used)
 from .onnx_export import export_onnx
 from .viz import render, to_dot
 from .numpy_api import log_softmax, logsumexp, sigmoid, softmax, stop_gradient

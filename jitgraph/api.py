@@ -6,7 +6,7 @@ import numpy as np
 
 from . import numpy_api as jnp
 from .ad import backward
-from .core import EagerBox, EagerTrace, GraphTrace, Tensor, unbox
+from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph
 from .tree import tree_flatten, tree_unflatten
@@ -104,6 +104,8 @@ def value_and_grad(fun, argnums=0, has_aux=False):
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
         single, nums = _norm_argnums(argnums, len(args), fname)
+        if any(isinstance(x, Tracer) for a in nums for x in tree_flatten(args[a])[0]):
+            return _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname)
         trace = EagerTrace()
         args = list(args)
         wrt, trees = [], []
@@ -140,6 +142,43 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         return value, grads
 
     return wrapped
+
+
+def _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname):
+    """value_and_grad called on traced values (inside jit, or a higher derivative): the reverse
+    sweep runs on the enclosing graph itself, so its control flow stays symbolic."""
+    args = list(args)
+    trace, wrt, trees = None, [], []
+    for a in dict.fromkeys(nums):
+        leaves, td = tree_flatten(args[a])
+        fresh = []
+        for leaf in leaves:
+            if not isinstance(leaf, Tracer):
+                raise GradError(f"argument {a} of {fname} mixes traced and concrete values")
+            _check_diff_leaf(leaf, f"argument {a} of {fname}")
+            trace = leaf._trace
+            # a fresh node for the differentiated value: ops on it are new nodes, never
+            # CSE hits on nodes computed before this call (those must not get adjoints)
+            t = bind("cast", leaf, dtype=leaf.dtype)
+            t.weak = leaf.weak
+            wrt.append(t.node)
+            fresh.append(t)
+        trees.append(td)
+        args[a] = tree_unflatten(td, fresh)
+    start = len(trace.nodes)
+    out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
+    _check_loss(out, fname)
+    if isinstance(out, Tracer) and out._trace is trace:
+        seed = trace.tracer(trace.const(np.ones((), dtype=out.dtype)))
+        flat = backward(trace.nodes[start:], out.node, wrt, trace.tracer, seed)
+    else:
+        flat = [jnp.zeros_like(trace.tracer(n)) for n in wrt]
+    by_arg, k = {}, 0
+    for a, td in zip(dict.fromkeys(nums), trees):
+        by_arg[a] = tree_unflatten(td, flat[k:k + td.num_leaves])
+        k += td.num_leaves
+    grads = by_arg[nums[0]] if single else tuple(by_arg[a] for a in nums)
+    return ((out, aux), grads) if has_aux else (out, grads)
 
 
 def grad(fun, argnums=0, has_aux=False):

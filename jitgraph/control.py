@@ -515,17 +515,25 @@ def scan_vjp(cts, node, value_of):
     fk = [k for k in range(nk) if mask[1 + nc + k]]       # differentiated carries
     fx = [k for k in range(len(xs)) if mask[1 + nc + nk + k]]
 
+    # cotangents of the stored carries themselves (a higher derivative reads them):
+    # hist[p] is the carry entering position p, so its cotangent adds to that carry's
+    ct_hist = [cts[nk + n_y + k] for k in fk]
+    use_hist = any(c is not None for c in ct_hist)
+    ct_hist = [c if c is not None else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1])
+               for c, k in zip(ct_hist, fk)] if use_hist else []
+
     def bstep(i, carry, x):
         ctc, acc = carry
-        hc, xv, cty = x
+        hc, xv, cty, cth = x
         primal = [i] + list(consts) + list(hc) + list(xv)
         res = inline(vjp, primal + list(ctc) + list(cty))
         r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
         # a carry keeps its dtype, so the float carries are exactly the differentiated ones
-        return (list(r_k), [a + r for a, r in zip(acc, r_c)]), list(r_x)
+        new_ctc = [a + b for a, b in zip(r_k, cth)] if cth else list(r_k)
+        return (new_ctc, [a + r for a, r in zip(acc, r_c)]), list(r_x)
 
     acc0 = [jnp.zeros_like(consts[k]) for k in fc]
-    xs_b = (hist, list(xs), ct_ys)
+    xs_b = (hist, list(xs), ct_ys, ct_hist)
     (ct_init, ct_consts), ct_xs = _scan(bstep, (ct_carry, acc0), xs_b, T, not p["reverse"],
                                         p["start"], "scan", body)
     out = [None] * len(node.inputs)

@@ -265,3 +265,17 @@ def test_hvp_compiled_matches_python_backend():
     rng = np.random.default_rng(4)
     w, x, v = rng.standard_normal((4, 3)), rng.standard_normal((6, 4)), rng.standard_normal((4, 3))
     close(jg.hvp(f)(w, x, v), jg.hvp(f, backend="python")(w, x, v))
+
+
+def test_hvp_through_cond_and_fori_loop():
+    def f(w):
+        r = jg.fori_loop(0, 5, lambda i, c: np.tanh(c * w + 0.1), np.ones(3))
+        return jg.cond(np.sum(r) > 0, lambda a: np.sum(a ** 3), lambda a: np.sum(a), r * w)
+
+    w, v = np.array([0.3, 0.9, -0.4]), np.array([1.0, -2.0, 0.5])
+    hv = jg.hvp(f, backend="python")(w, v)
+    grad = jg.grad(f)
+    eps = 1e-5
+    np.testing.assert_allclose(hv, (grad(w + eps * v) - grad(w - eps * v)) / (2 * eps), rtol=1e-6, atol=1e-8)
+    text = str(jg.hvp(f, backend="python").lower(w, v).graph)
+    assert "scan[" in text and "cond[" in text        # still symbolic: nothing was unrolled
