@@ -152,6 +152,8 @@ def _to_array(a, dt):
 def _to_scalar(a, dt):
     if isinstance(a, Tensor):
         raise _Inline
+    if hasattr(a, "__cuda_array_interface__"):
+        return a          # the CUDA runtime reshapes () to (1,) on the device
     return np.full(1, a, dt)
 
 
@@ -549,6 +551,9 @@ class JitFunction:
         if self.target != "auto":
             return self.target
         try:
+            import numba
+            if numba.config.ENABLE_CUDASIM:     # the simulator is for tests, not a device
+                return "cpu"
             from numba import cuda
             return "cuda" if cuda.is_available() else "cpu"
         except Exception:

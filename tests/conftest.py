@@ -6,7 +6,6 @@ if shutil.which("nvidia-smi") is None:
     # simulator. Numba reads this when it is first imported, so it must come first.
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
-import os
 import tempfile
 
 import numpy as np
