@@ -1,7 +1,7 @@
 """Data-parallel training on a Dask LocalCluster vs one process; per-task overhead.
 
-    python benchmarks/distributed.py            # ~4.7 GB of data, 2 worker processes
-    python benchmarks/distributed.py --quick    # small sizes, under a minute
+    python benchmarks/dask_bench.py            # ~4.7 GB of data, 2 worker processes
+    python benchmarks/dask_bench.py --quick    # small sizes, under a minute
 
 1. Softmax regression, full-batch gradient descent, reduce="mean". The data
    (X: N x D float64 normal, Y: one-hot labels of a random teacher) is generated
