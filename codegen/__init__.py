@@ -4,8 +4,6 @@
 and the Numba entry function. Nothing here imports jitgraph's public API; the
 front end calls in.
 """
-import numpy as np
-
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .fusion import Group, OpStep, Partition

@@ -25,6 +25,7 @@ as 1-element arrays.
 import numpy as np
 
 from .fusion import Group, REDUCE_OPS
+from .source import Sizes, literal, np_dtype
 
 # reductions: identity, update statement, and how chunk partials combine
 def reduce_init(op, dtype):
@@ -75,26 +76,6 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 OUTLINE_LINES = 40         # parallel bodies longer than this become their own function
 
 
-def np_dtype(dtype):
-    return f"np.{np.dtype(dtype).name}"
-
-
-def literal(value, dtype):
-    dtype = np.dtype(dtype)
-    v = np.asarray(value).item()
-    if dtype == bool:
-        return "True" if v else "False"
-    if dtype.kind in "iu":
-        return str(int(v))
-    if np.isnan(v):
-        s = "np.nan"
-    elif np.isinf(v):
-        s = "np.inf" if v > 0 else "-np.inf"
-    else:
-        s = repr(float(v))
-    return s if dtype == np.float64 else f"{np_dtype(dtype)}({s})"
-
-
 def _elementwise_expr(node, args):
     op = node.op
     if op == "integer_pow":
@@ -120,30 +101,6 @@ def _owned(a):
     if not a.flags.c_contiguous or not a.flags.writeable:
         a = np.array(a, order="C", copy=True)
     return a
-
-
-class Sizes:
-    """Symbols for sizes: each distinct size > 1, named in order of first appearance."""
-
-    def __init__(self, graph):
-        self.sym = {}
-        for node in graph.nodes:
-            for d in node.shape:
-                if d > 1 and d not in self.sym:
-                    self.sym[d] = f"n{len(self.sym)}"
-        self.values = list(self.sym)
-
-    def __call__(self, d):
-        return self.sym.get(d, str(d))
-
-    def shape(self, shape):
-        shape = tuple(shape) or (1,)
-        inner = ", ".join(self(d) for d in shape)
-        return f"({inner},)" if len(shape) == 1 else f"({inner})"
-
-    def product(self, shape):
-        parts = [self(d) for d in shape if d != 1]
-        return " * ".join(parts) if parts else "1"
 
 
 class Emitter:
@@ -610,31 +567,10 @@ class GroupEmitter:
                 lines.append(self._sink_update(s, ind))
         return lines
 
-    def _ready(self):
-        """Pass after which each member's value is available (row reductions add one)."""
-        ready = {}
-        for n in self.g.nodes:
-            r = max([ready[x.id] for x in n.inputs if x.id in ready] + [0])
-            if n.op in REDUCE_OPS and self.members[n.id] == 1:
-                r += 1
-            ready[n.id] = r
-        return ready
-
-    def _needed(self, roots):
-        """Per-point members needed to compute `roots` (recomputed in every pass that needs them)."""
-        need, stack = set(), list(roots)
-        while stack:
-            n = stack.pop()
-            if n.id in need or self.members.get(n.id) != 2:
-                continue
-            need.add(n.id)
-            stack += [x for x in n.inputs if self.members.get(x.id) == 2]
-        return [n for n in self.g.nodes if n.id in need]
-
     def _row_body(self, ind):
         """Row group: per-row values between passes over the inner axes."""
         g, em, m = self.g, self.em, self.members
-        ready = self._ready()
+        ready = self.g.pass_ready()
         nodes = g.nodes
         lines = []
         last = max(ready.values())
@@ -661,7 +597,7 @@ class GroupEmitter:
                 lines.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
                 depth += "    "
             roots = [r.inputs[0] for r in reds] + stores + [s.inputs[0] for s in sinks]
-            for n in self._needed(roots):
+            for n in self.g.needed(roots):
                 lines.append(depth + self.node_line(n) + "  " + em.comment(n))
                 if n in stores:
                     self._store(n, depth, lines)

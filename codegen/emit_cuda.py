@@ -49,6 +49,7 @@ import numpy as np
 from jitgraph.errors import NotSupportedError
 
 from .fusion import Group, Partition, REDUCE_OPS
+from .source import Sizes, literal, np_dtype
 
 
 class CudaUnavailableError(NotSupportedError):
@@ -122,26 +123,6 @@ NB_TYPES = {"float64": "float64", "float32": "float32", "int64": "int64", "int32
             "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "boolean"}
 
 
-def np_dtype(dtype):
-    return f"np.{np.dtype(dtype).name}" if np.dtype(dtype) != bool else "np.bool_"
-
-
-def literal(value, dtype):
-    dtype = np.dtype(dtype)
-    v = np.asarray(value).item()
-    if dtype == bool:
-        return "True" if v else "False"
-    if dtype.kind in "iu":
-        return str(int(v))
-    if np.isnan(v):
-        s = "np.nan"
-    elif np.isinf(v):
-        s = "np.inf" if v > 0 else "-np.inf"
-    else:
-        s = repr(float(v))
-    return s if dtype == np.float64 else f"{np_dtype(dtype)}({s})"
-
-
 def acc_dtype(dtype):
     """Accumulator dtype of a reduction: booleans are counted in int64 (any/all via != 0)."""
     return np.dtype(np.int64) if np.dtype(dtype) == bool else np.dtype(dtype)
@@ -174,31 +155,6 @@ def elementwise_expr(node, args):
         d = np_dtype(dt)
         return f"{d}({x} > 0) - {d}({x} < 0) if {x} == {x} else {x}"
     return TEMPLATES[op].format(*args)
-
-
-class Sizes:
-    """Symbols for sizes: each distinct size > 1, named n0, n1, ... in order of first appearance
-    (the same numbering as the CPU target, so `dims` means the same to both)."""
-
-    def __init__(self, graph):
-        self.sym = {}
-        for node in graph.nodes:
-            for d in node.shape:
-                if d > 1 and d not in self.sym:
-                    self.sym[d] = f"n{len(self.sym)}"
-        self.values = list(self.sym)
-
-    def __call__(self, d):
-        return self.sym.get(d, str(d))
-
-    def shape(self, shape):
-        shape = tuple(shape) or (1,)
-        inner = ", ".join(self(d) for d in shape)
-        return f"({inner},)" if len(shape) == 1 else f"({inner})"
-
-    def product(self, shape):
-        parts = [self(d) for d in shape if d != 1]
-        return " * ".join(parts) if parts else "1"
 
 
 def unravel(var, shape, names, S, ind):
@@ -773,25 +729,6 @@ class GroupKernel:
         em.host.append(k.launch("1", "1"))
 
     # ---- row groups ------------------------------------------------------------------------------------
-    def _ready(self):
-        ready = {}
-        for n in self.g.nodes:
-            r = max([ready[x.id] for x in n.inputs if x.id in ready] + [0])
-            if n.op in REDUCE_OPS and self.members[n.id] == 1:
-                r += 1
-            ready[n.id] = r
-        return ready
-
-    def _needed(self, roots):
-        need, stack = set(), list(roots)
-        while stack:
-            n = stack.pop()
-            if n.id in need or self.members.get(n.id) != 2:
-                continue
-            need.add(n.id)
-            stack += [x for x in n.inputs if self.members.get(x.id) == 2]
-        return [n for n in self.g.nodes if n.id in need]
-
     def emit_rows(self):
         g, em, k, S = self.g, self.em, self.k, self.S
         m = self.members
@@ -848,7 +785,7 @@ class GroupKernel:
     def _row_body(self, lines, ind):
         g, em, m = self.g, self.em, self.members
         S = self.S
-        ready = self._ready()
+        ready = self.g.pass_ready()
         nodes = g.nodes
         last = max(ready.values())
         for p in range(last + 1):
@@ -875,7 +812,7 @@ class GroupKernel:
             ul, _ = unravel("q", g.shape[g.k:], [f"i{d}" for d in range(g.k, g.rank)], S, d2)
             lines += ul
             roots = [r.inputs[0] for r in reds] + stores + [s.inputs[0] for s in sinks]
-            for n in self._needed(roots):
+            for n in self.g.needed(roots):
                 lines.append(d2 + self.node_line(n) + "  " + em.comment(n))
                 if n in stores:
                     lines.append(d2 + self.store_line(n))

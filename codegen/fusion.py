@@ -67,6 +67,28 @@ class Group:
         self.members[node.id] = level
         self.nodes.append(node)
 
+    def pass_ready(self):
+        """Row groups: node id -> the pass over the row after which its value is known
+        (each per-row reduction of per-point values adds one pass)."""
+        ready = {}
+        for n in self.nodes:
+            r = max([ready[x.id] for x in n.inputs if x.id in ready] + [0])
+            if n.op in REDUCE_OPS and self.members[n.id] == 1:
+                r += 1
+            ready[n.id] = r
+        return ready
+
+    def needed(self, roots):
+        """Per-point members needed to compute `roots` (recomputed in every pass that needs them)."""
+        need, stack = set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.id in need or self.members.get(n.id) != 2:
+                continue
+            need.add(n.id)
+            stack += [x for x in n.inputs if self.members.get(x.id) == 2]
+        return [n for n in self.nodes if n.id in need]
+
     def __repr__(self):
         return f"<Group #{self.seq} shape={self.shape} k={self.k} n={len(self.nodes)}>"
 
