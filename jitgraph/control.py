@@ -127,18 +127,16 @@ def cond(pred, true_fun, false_fun, *operands):
                                "value_and_grad; call value_and_grad outside jit, or use jit_grad")
         return true_fun(*operands) if bool(np.asarray(p)) else false_fun(*operands)
 
-    if not _traced([pred] + leaves):
-        # maybe a branch closes over traced values
-        try:
-            gt, tt, ct = trace_subgraph(branch(true_fun), avals, _fname(true_fun))
-            gf, tf, cf = trace_subgraph(branch(false_fun), avals, _fname(false_fun))
-        except TracingError:
-            return run_python()
-        if not _traced(ct + cf):
-            return run_python()
-    else:
+    traced_ops = _traced([pred] + leaves)
+    try:
         gt, tt, ct = trace_subgraph(branch(true_fun), avals, _fname(true_fun))
         gf, tf, cf = trace_subgraph(branch(false_fun), avals, _fname(false_fun))
+    except TracingError:
+        if traced_ops:
+            raise
+        return run_python()
+    if not traced_ops and not _traced(ct + cf):     # nothing traced, not even a captured value
+        return run_python()
     _check_same("cond", f"true_fun {_fname(true_fun)}", _out_avals(gt),
                 f"false_fun {_fname(false_fun)}", _out_avals(gf), tt, tf)
     pred_shape = tuple(np.shape(pred)) if not isinstance(pred, Tensor) else tuple(pred.shape)
@@ -277,7 +275,7 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         return run_python()
     if not traced_ops and not _traced(caps):
         return run_python()
-    carry_tree_out = _child_tree(out_tree, 0)
+    carry_tree_out = out_tree.children[0]
     if carry_tree_out != c_tree:
         raise ShapeError(f"{kind}: the body {_fname(user_fun)} takes a carry of structure {c_tree} "
                          f"but returns {carry_tree_out}")
@@ -297,23 +295,20 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
     y_avals = [((T,) + tuple(s), d) for s, d in outs[nc:]]
     hist_avals = [((T,) + tuple(s), np.dtype(d)) for s, d, _ in c_avals]
     # inputs: captured, init carry, xs; outputs: carry, ys, carry history
-    g = _reorder_captured_first(g, 1 + nc + len(x_leaves))
+    g = _captured_first(g, 1, 1 + nc + len(x_leaves))
     params = dict(body=g, length=T, reverse=reverse, start=start, n_consts=len(caps), n_carry=nc)
     res = _bind_control("scan", caps + init_leaves + x_leaves, params,
                         [(s, d) for s, d, _ in c_avals] + y_avals + hist_avals)
     carry = tree_unflatten(c_tree, res[:nc])
-    ys = tree_unflatten(_child_tree(out_tree, 1), res[nc:nc + len(y_avals)])
+    ys = tree_unflatten(out_tree.children[1], res[nc:nc + len(y_avals)])
     return carry, ys
 
 
-def _child_tree(tree, k):
-    return tree.children[k]
-
-
-def _reorder_captured_first(g, n_explicit):
-    """Body inputs (i, carry, x, captured) -> (i, captured, carry, x): the node layout."""
+def _captured_first(g, lead, n_explicit):
+    """Subgraph inputs (lead..., explicit..., captured...) -> (lead..., captured..., explicit...):
+    the layout of the control nodes (scan bodies lead with the index i)."""
     ins = g.inputs
-    new = [ins[0]] + list(ins[n_explicit:]) + list(ins[1:n_explicit])
+    new = list(ins[:lead]) + list(ins[n_explicit:]) + list(ins[lead:n_explicit])
     return Graph(new, g.outputs, meta=g.meta)
 
 
@@ -369,16 +364,11 @@ def _while(cond_fun, body_fun, init_val, kind):
     if len(c_out) != 1 or tuple(c_out[0][0]) != ():
         raise ShapeError(f"{kind}: the condition must return one scalar, got {c_out}")
     caps = _merge_captures(cc, cb)
-    gc = _reorder_captured_first0(_with_inputs(gc, len(leaves), cc, caps), len(leaves))
-    gb = _reorder_captured_first0(_with_inputs(gb, len(leaves), cb, caps), len(leaves))
+    gc = _captured_first(_with_inputs(gc, len(leaves), cc, caps), 0, len(leaves))
+    gb = _captured_first(_with_inputs(gb, len(leaves), cb, caps), 0, len(leaves))
     params = dict(cond=gc, body=gb, n_consts=len(caps), kind=kind)
     res = _bind_control("while", caps + leaves, params, [(s, d) for s, d, _ in avals])
     return tree_unflatten(tree, res)
-
-
-def _reorder_captured_first0(g, n_explicit):
-    ins = g.inputs
-    return Graph(list(ins[n_explicit:]) + list(ins[:n_explicit]), g.outputs, meta=g.meta)
 
 
 # ---- primitives: shape rules and reference implementations -----------------------------------------
@@ -438,15 +428,8 @@ PRIMS["proj"] = Prim("proj", "structural", _proj_abs, _proj_impl)
 # ---- reverse mode ---------------------------------------------------------------------------------------
 def inline(graph, args):
     """Apply `graph`'s nodes to `args` with `bind`: records them on the current trace."""
-    env = {n.id: a for n, a in zip(graph.inputs, args)}
-    for node in graph.nodes:
-        if node.op == "input":
-            continue
-        if node.op == "const":
-            env[node.id] = node.value
-            continue
-        env[node.id] = bind(node.op, *[env[i.id] for i in node.inputs], **node.p)
-    return [env[n.id] for n in graph.outputs]
+    from .interpreter import run_graph
+    return run_graph(graph, args, lambda node, xs: bind(node.op, *xs, **node.p))
 
 
 def _is_float(dtype):
@@ -464,7 +447,9 @@ def _vjp_graph(graph, diff_mask, name):
     avals += [(n.shape, n.dtype, False) for n, f in zip(graph.outputs, out_float) if f]
 
     def fun(*xs):
-        trace = xs[0]._trace if xs else None
+        if not xs:          # a graph with no inputs has nothing to differentiate
+            return []
+        trace = xs[0]._trace
         primal = list(xs[:len(ins)])
         cts = list(xs[len(ins):])
         start = len(trace.nodes)
@@ -486,10 +471,6 @@ def _vjp_graph(graph, diff_mask, name):
     return g
 
 
-def _zeros(shape, dtype):
-    return np.zeros(shape, dtype)
-
-
 def scan_vjp(cts, node, value_of):
     """Reverse of a scan: a scan the other way over the stored carries, accumulating the
     cotangents of captured values; per-iteration cotangents of xs come out as its ys."""
@@ -497,7 +478,7 @@ def scan_vjp(cts, node, value_of):
     p = node.p
     body, T, nc, nk = p["body"], p["length"], p["n_consts"], p["n_carry"]
     args = [value_of(x) for x in node.inputs]
-    consts, init, xs = args[:nc], args[nc:nc + nk], args[nc + nk:]
+    consts, xs = args[:nc], args[nc + nk:]
     avals = p["out_avals"]
     n_y = len(avals) - 2 * nk
     t = value_of(node)
@@ -548,7 +529,6 @@ def scan_vjp(cts, node, value_of):
 
 def cond_vjp(cts, node, value_of):
     """Reverse of a cond: a cond on the same predicate over the branches' VJP graphs."""
-    from . import numpy_api as jnp
     gf, gt = node.p["branches"]
     args = [value_of(x) for x in node.inputs]
     pred, ops = args[0], args[1:]

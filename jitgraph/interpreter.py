@@ -4,27 +4,32 @@ import numpy as np
 from .prims import PRIMS
 
 
-def evaluate(graph, *flat_args):
-    """Evaluate `graph` on its flattened inputs; returns the list of output values."""
-    if len(flat_args) != len(graph.inputs):
-        raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(flat_args)}")
-    env = {}
-    for node, value in zip(graph.inputs, flat_args):
-        env[node.id] = np.asarray(value, dtype=node.dtype)
+def run_graph(graph, args, apply):
+    """The values of `graph`'s outputs for input values `args`, computing every node that is
+    not an input or a constant as `apply(node, input_values)`."""
+    env = {n.id: a for n, a in zip(graph.inputs, args)}
     for node in graph.nodes:
         if node.op == "input":
             continue
         if node.op == "const":
             env[node.id] = node.value
             continue
-        value = PRIMS[node.op].impl(*[env[i.id] for i in node.inputs], **node.p)
-        # a control node's value is a tuple, read by its proj nodes
-        env[node.id] = value if node.dtype == object else np.asarray(value)
+        env[node.id] = apply(node, [env[i.id] for i in node.inputs])
+    return [env[n.id] for n in graph.outputs]
+
+
+def _apply_impl(node, values):
+    value = PRIMS[node.op].impl(*values, **node.p)
+    # a control node's value is a tuple, read by its proj nodes
+    return value if node.dtype == object else np.asarray(value)
+
+
+def evaluate(graph, *flat_args):
+    """Evaluate `graph` on its flattened inputs; returns the list of output values."""
+    if len(flat_args) != len(graph.inputs):
+        raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(flat_args)}")
+    args = [np.asarray(v, dtype=n.dtype) for n, v in zip(graph.inputs, flat_args)]
+    outs = run_graph(graph, args, _apply_impl)
     # outputs own their memory: never a view of an input or a read-only broadcast
-    outs = []
-    for n in graph.outputs:
-        v = env[n.id]
-        if n.op == "input" or v.base is not None or not v.flags.writeable:
-            v = v.copy()
-        outs.append(v)
-    return outs
+    return [v.copy() if n.op == "input" or v.base is not None or not v.flags.writeable else v
+            for n, v in zip(graph.outputs, outs)]
