@@ -456,7 +456,7 @@ def value_and_grad(fun, argnums=None, reduce="sum", client=None, data_argnums=No
             sizes (build large data as Dask arrays on the workers, e.g. with
             `dask.array.random` or `map_blocks`).
         split_every: fan-in of the reduction tree (chunk results added per task).
-        **jit_options: passed to `jit_grad` (`parallel`, `static_argnums`, `remat`, ...).
+        **jit_options: passed to `jit_grad` (`parallel`, `static_argnums`, ...).
             Static arguments are broadcast.
 
     Chunks of size 0 are skipped. Worker loss is survived by Dask: a lost chunk task is

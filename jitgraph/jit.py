@@ -43,19 +43,16 @@ from .tree import tree_flatten, tree_unflatten
 log = logging.getLogger("jitgraph")
 
 
-def debug_level():
-    """JITGRAPH_DEBUG: 1 prints graphs, 2 adds fusion groups, 3 adds source, 4 adds timings."""
-    try:
-        return int(os.environ.get("JITGRAPH_DEBUG", "0"))
-    except ValueError:
-        return 0
-
-
 def _env_int(name, default):
     try:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
+
+
+def debug_level():
+    """JITGRAPH_DEBUG: 1 prints graphs, 2 adds fusion groups, 3 adds source, 4 adds timings."""
+    return _env_int("JITGRAPH_DEBUG", 0)
 
 
 def _log_enabled(topic):
@@ -320,7 +317,7 @@ class JitFunction:
     """A compiled version of `fun`; see `jit` and `jit_grad`."""
 
     def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba",
-                 target="cpu", static_argnums=(), cache_size=None, remat=None):
+                 target="cpu", static_argnums=(), cache_size=None):
         if backend not in ("numba", "python"):
             raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
         if target not in ("cpu", "cuda", "auto"):
@@ -332,7 +329,6 @@ class JitFunction:
         self.parallel = parallel
         self.backend = backend
         self.target = target
-        self.remat = remat
         if isinstance(static_argnums, (int, np.integer)):
             static_argnums = (int(static_argnums),)
         self.static_argnums = tuple(sorted(set(int(a) for a in static_argnums)))
@@ -358,29 +354,27 @@ class JitFunction:
     # -- the call path -------------------------------------------------------------------------
 
     def _key(self, args):
+        dyn, statics = args, []
         if not self.static_argnums:
             try:
                 # fast path: arrays (and NumPy scalars), keyed on shape and dtype
                 return tuple([(a.shape, a.dtype.char) for a in args]), args
             except AttributeError:
                 pass
-        statics = []
-        if self.static_argnums:
+        else:
             dyn = []
             for i, a in enumerate(args):
-                if i in self.static_argnums:
-                    try:
-                        hash(a)
-                    except TypeError:
-                        raise TypeError(
-                            f"static argument {i}{self._argname(i)} of {_fname(self.fun)} must be "
-                            f"hashable (it is part of the cache key), got a {type(a).__name__}; "
-                            "pass a tuple instead of a list, or make it a traced argument") from None
-                    statics.append((i, a))
-                else:
+                if i not in self.static_argnums:
                     dyn.append(a)
-        else:
-            dyn = args
+                    continue
+                try:
+                    hash(a)
+                except TypeError:
+                    raise TypeError(
+                        f"static argument {i}{self._argname(i)} of {_fname(self.fun)} must be "
+                        f"hashable (it is part of the cache key), got a {type(a).__name__}; "
+                        "pass a tuple instead of a list, or make it a traced argument") from None
+                statics.append((i, a))
         leaves, tree = tree_flatten(tuple(dyn))
         return (tree, tuple(_leaf_key(x) for x in leaves), tuple(statics)), leaves
 
@@ -570,8 +564,6 @@ class JitFunction:
         guards = _guards(self.fun)
         self._stats["traces"] += 1
         t1 = time.perf_counter()
-        if self.remat is not None or self.grad:
-            graph.meta["remat"] = self.remat
         program = codegen.compile_graph(graph, parallel=self.parallel, backend=self.backend,
                                         target=target)
         leaves, _ = tree_flatten(tuple(dyn))
@@ -643,8 +635,7 @@ class JitFunction:
         # the kernel from the disk cache; copies with the same token share one cache.
         options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
                        parallel=self.parallel, backend=self.backend, target=self.target,
-                       static_argnums=self.static_argnums, cache_size=self.maxsize,
-                       remat=self.remat)
+                       static_argnums=self.static_argnums, cache_size=self.maxsize)
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)
@@ -682,7 +673,7 @@ def _dispatch_state(kernel):
 
 
 def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=True,
-             backend="numba", target="cpu", cache_size=None, remat=None):
+             backend="numba", target="cpu", cache_size=None):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
     Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`.
@@ -698,13 +689,12 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             (CUDA when a GPU is present).
         cache_size: how many signatures the in-memory trace cache keeps (LRU); default
             $JITGRAPH_TRACE_CACHE_SIZE or 128.
-        remat: activation memory policy: None (store everything), "sqrt", or a byte budget.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
     groups); `f.cache_info()` the cache counters.
     """
     opts = dict(argnums=argnums, has_aux=has_aux, static_argnums=static_argnums, parallel=parallel,
-                backend=backend, target=target, cache_size=cache_size, remat=remat)
+                backend=backend, target=target, cache_size=cache_size)
     if fun is None:
         return lambda f: JitFunction(f, True, **opts)
     return JitFunction(fun, True, **opts)
@@ -714,7 +704,7 @@ def jit(fun=None, *, static_argnums=(), parallel=True, backend="numba", target="
         cache_size=None):
     """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars.
 
-    Options as in `jit_grad` (without argnums/has_aux/remat).
+    Options as in `jit_grad` (without argnums/has_aux).
     """
     opts = dict(static_argnums=static_argnums, parallel=parallel, backend=backend, target=target,
                 cache_size=cache_size)
