@@ -72,6 +72,20 @@ def sgd(params, grads):
     return {k: params[k] - LR * grads[k] for k in params}
 
 
+def train(step, cfg, X, Y):
+    """cfg["steps"] SGD steps (plus a first one that traces and loads or compiles kernels)
+    with `step(params, X, Y) -> (loss, grads)`; the times and losses of each."""
+    params = init_params(cfg["D"], cfg["C"])
+    times, losses = [], []
+    for _ in range(cfg["steps"] + 1):
+        t0 = time.perf_counter()
+        loss, grads = step(params, X, Y)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+        params = sgd(params, grads)
+    return {"first_step_s": times[0], "step_s": times[1:], "losses": losses}
+
+
 def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -98,17 +112,7 @@ def run_cluster(cfg, workers):
         out["chunks"] = X.numblocks[0]
 
         step = jgd.value_and_grad(softmax_loss, reduce="mean", client=client)
-        params = init_params(cfg["D"], cfg["C"])
-        times, losses = [], []
-        for _ in range(cfg["steps"] + 1):        # +1: the first step traces and loads kernels
-            t0 = time.perf_counter()
-            loss, grads = step(params, X, Y)
-            times.append(time.perf_counter() - t0)
-            losses.append(float(loss))
-            params = sgd(params, grads)
-        out["first_step_s"] = times[0]
-        out["step_s"] = times[1:]
-        out["losses"] = losses
+        out.update(train(step, cfg, X, Y))
         out["worker_cache_info"] = {a: (i._asdict() if i else None)
                                     for a, i in step.worker_cache_info().items()}
         del X, Y
@@ -196,17 +200,7 @@ def run_single(cfg):
     X, Y = dask.compute(X, Y, scheduler="threads")
     out["generate_s"] = time.perf_counter() - t0
     f = jg.jit_grad(softmax_loss)
-    params = init_params(cfg["D"], cfg["C"])
-    times, losses = [], []
-    for _ in range(cfg["steps"] + 1):
-        t0 = time.perf_counter()
-        loss, grads = f(params, X, Y)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss))
-        params = sgd(params, grads)
-    out["first_step_s"] = times[0]
-    out["step_s"] = times[1:]
-    out["losses"] = losses
+    out.update(train(f, cfg, X, Y))
     # the cluster's work, chunk by chunk, in one process: weighted sum of chunk means
     params = init_params(cfg["D"], cfg["C"])
     loop = []

@@ -9,11 +9,8 @@ import pytest
 import codegen
 import jitgraph as jg
 from codegen import mathlib
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from workloads import WORKLOADS  # noqa: E402
-
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+from golden_files import assert_golden
+from jitgraph.bench import WORKLOADS
 SMALL = dict(w1=dict(n=1000), w2=dict(B=16, D=8, H=12, C=5), w3=dict(n=17), w4=dict(n=100),
              w5={}, w6=dict(r=9, c=13))
 
@@ -92,12 +89,7 @@ def test_golden_source(case):
     fn, argnums, make = GOLDEN_CASES[case]
     graph = jg.make_graph(fn, argnums=argnums, grad=True)(*make())
     _, src, _ = codegen.generate(graph, cache=True)
-    path = os.path.join(GOLDEN, f"{case}.py.txt")
-    if os.environ.get("JITGRAPH_UPDATE_GOLDEN") == "1" or not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(src)
-    with open(path) as f:
-        assert src == f.read(), f"emitted source for {case} changed; review and update {path}"
+    assert_golden(src, f"{case}.py.txt", f"source for {case}")
 
 
 # ---- compiled behaviour -----------------------------------------------------------------------

@@ -17,6 +17,8 @@ import pytest
 
 import codegen
 import jitgraph as jg
+from golden_files import assert_golden
+from jitgraph.bench import WORKLOADS
 from jitgraph.interpreter import evaluate
 from test_ops import TABLE, diff_argnums, make_args
 
@@ -31,10 +33,6 @@ pytestmark = [
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from workloads import WORKLOADS  # noqa: E402
-
-GOLDEN = os.path.join(HERE, "golden")
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 
 
@@ -365,12 +363,7 @@ def test_golden_source(case):
     fn, argnums, make = GOLDEN_CASES[case]
     graph = jg.make_graph(fn, argnums=argnums, grad=True)(*make())
     _, src, _ = generate_cuda(graph, tpb=8)
-    path = os.path.join(GOLDEN, f"cuda_{case}.py.txt")
-    if os.environ.get("JITGRAPH_UPDATE_GOLDEN") == "1" or not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(src)
-    with open(path) as f:
-        assert src == f.read(), f"emitted CUDA source for {case} changed; review and update {path}"
+    assert_golden(src, f"cuda_{case}.py.txt", f"CUDA source for {case}")
     # every computed node appears on a line with its comment
     names = graph.names()
     for n in graph.nodes:
