@@ -140,6 +140,10 @@ class Emitter:
 
     def array(self, node):
         """An expression for node's value as an array (expanding virtual broadcasts/reshapes)."""
+        src = self.part.resolve(node)
+        if src is not node and self.is_scalar_const(src):
+            # a filled array: Numba compiles np.full far faster than broadcast_to + a copy
+            return f"np.full({self.sizes.shape(node.shape)}, {self.const_ref(src)}, {np_dtype(node.dtype)})"
         if node.id in self.part.virtual:
             inner = self.array(node.inputs[0])
             shape = self.sizes.shape(node.shape)
@@ -341,14 +345,26 @@ class Emitter:
         order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
         out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
         for k, h in hist:
-            out.append(f"    {h}[{it}] = {carry[k]}{'[0]' if len(avals[k][0]) == 0 else ''}")
+            out += self._store_row(h, it, carry[k], avals[k][0])
         slices = [f"{v}[{it}:{it} + 1]" if xn.ndim == 1 else f"{v}[{it}]" for v, xn in zip(xs, x_nodes)]
         args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
         out.append(f"    {t}_r = {fname}({', '.join(args)})")
         for k, c in enumerate(carry):
             out.append(f"    {c} = {t}_r[{k}]")
         for k, v in ys:
-            out.append(f"    {v}[{it}] = {t}_r[{k}]{'[0]' if len(avals[k][0]) == 1 else ''}")
+            out += self._store_row(v, it, f"{t}_r[{k}]", avals[k][0][1:])
+
+    def _store_row(self, stacked, it, value, shape):
+        """Loop-body lines writing `value` (an array of `shape`; 0-d values are stored with
+        shape (1,)) into row `it` of `stacked`, element by element: Numba compiles a
+        row assignment `stacked[it] = value` about 1 s slower."""
+        if not shape:
+            return [f"    {stacked}[{it}] = {value}[0]"]
+        size = self.sizes.product(shape)
+        return [f"    {stacked}_row = {stacked}[{it}].reshape({size})",
+                f"    {stacked}_val = {value}.reshape({size})",
+                f"    for {stacked}_q in range({size}):",
+                f"        {stacked}_row[{stacked}_q] = {stacked}_val[{stacked}_q]"]
 
     def _emit_cond(self, node, x):
         out = self.body
