@@ -22,6 +22,8 @@ new batch size reuses the same source, and therefore the same compiled code,
 whenever the graph's structure is unchanged. Zero-dimensional values are stored
 as 1-element arrays.
 """
+import re
+
 import numpy as np
 
 from .fusion import Group, REDUCE_OPS
@@ -73,7 +75,6 @@ F64_RESULT = {"exp", "expm1", "tanh"}
 GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
-OUTLINE_LINES = 40         # parallel bodies longer than this become their own function
 
 
 def _elementwise_expr(node, args):
@@ -95,6 +96,16 @@ def _elementwise_expr(node, args):
     return expr
 
 
+# names the emitter gives values (v<name>, x<name>, with suffixes) and sizes (n<k>)
+_NAME = re.compile(r"\b(?:[vx][a-z]+(?:_[a-z]+)?|n\d+)\b")
+_ASSIGNED = re.compile(r"^\s*([vx][a-z]+(?:_[a-z]+)?)\s*=(?!=)", re.M)
+
+
+def _strip_comment(line):
+    k = line.find("#")
+    return line if k < 0 else line[:k].rstrip()
+
+
 def _owned(a):
     """A constant as the kernel takes it: C-contiguous and writable (not a broadcast view)."""
     a = np.asarray(a)
@@ -105,8 +116,10 @@ def _owned(a):
 
 class Emitter:
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 cache=True, prefix=""):
+                 cache=True, prefix="", shared=None):
         self.graph = graph
+        # loop functions by canonical text, shared with the emitters of subgraphs
+        self.shared = {} if shared is None else shared
         self.prefix = prefix       # for the functions of subgraphs (loop bodies, branches)
         self.extra_consts = []     # (name, array) passed after the const args: subgraph data
         self.n_subs = 0
@@ -126,8 +139,7 @@ class Emitter:
         self._hoisted = {n.id for n in self.scalar_consts}
         self.body = []            # lines of the entry function
         self.users = graph.users()
-        self.uses_prange = False
-        self.functions = []       # outlined loop bodies of large parallel groups
+        self.functions = []       # module-level functions: loop groups, subgraph kernels
 
     # ---- names -------------------------------------------------------------------------------
     def var(self, node):
@@ -212,12 +224,43 @@ class Emitter:
         ]
         src = list(head)
         for block in self.functions:
-            src += ["", "@njit(**_OPTS)"] + block + [""]
-        # only explicit prange loops run in parallel: Numba's automatic conversion of array
-        # expressions into parallel loops would compile a kernel per allocation for nothing
-        par = "_PARALLEL" if self.uses_prange else "False"
-        src += ["", f"@njit(parallel={par}, **_OPTS)"] + self.kernel_lines()
+            src += [""] + block + [""]
+        src += ["", "@njit(**_OPTS)"] + self.kernel_lines()
         return "\n".join(src) + "\n"
+
+    def outline(self, lines, rets, parallel, label):
+        """Emit `lines` as a module function and call it from the current body.
+
+        Its parameters are the names it reads but never assigns (arrays, sizes, scalar
+        constants); it returns `rets`. Functions whose text is the same up to a consistent
+        renaming of those names and locals are emitted once: the layers of a deep network
+        share one compiled loop per distinct layer shape, so compile time does not grow
+        with depth. Parallel functions are the only ones with `prange`: Numba's automatic
+        conversion of array expressions into parallel loops would compile a kernel per
+        allocation for nothing.
+        """
+        code = "\n".join(_strip_comment(ln) for ln in lines)
+        names = list(dict.fromkeys(_NAME.findall(code)))
+        assigned = set(_ASSIGNED.findall(code))
+        params = [n for n in names if n not in assigned]
+        rename = {n: f"_{k}" for k, n in enumerate(names)}
+        canon = _NAME.sub(lambda m: rename[m.group(0)], code)
+        key = (canon, tuple(rename[r] for r in rets), parallel)
+        entry = self.shared.get(key)
+        if entry is None:
+            fname = f"{self.prefix}{label}"
+            par = "parallel=_PARALLEL, " if parallel else ""
+            block = [f"# the loop of {fname}", f"@njit({par}**_OPTS)",
+                     f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
+            if rets:
+                block.append(f"    return ({', '.join(rets)},)")
+            entry = self.shared[key] = (fname, block)
+            self.functions.append(block)
+        else:
+            fname, block = entry
+            block[0] += f", {self.prefix}{label}"
+        call = f"{fname}({', '.join(params)})"
+        self.body.append(f"{', '.join(rets)}, = {call}" if rets else call)
 
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
@@ -304,10 +347,10 @@ class Emitter:
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
-                      cache=self.cache, prefix=prefix)
+                      cache=self.cache, prefix=prefix, shared=self.shared)
         sub.emit()
         self.functions.extend(sub.functions)
-        self.functions.append(sub.kernel_lines())
+        self.functions.append(["@njit(**_OPTS)"] + sub.kernel_lines())
         dims = f"{prefix}dims"
         self.extra_consts.append((dims, np.array(sub.sizes.values or [0], dtype=np.int64)))
         trailing = []
@@ -628,7 +671,8 @@ class GroupEmitter:
         return lines
 
     def _finish(self, body):
-        """Allocate, run the chunks (prange or serial), combine partials."""
+        """Allocate the group's stored outputs in the entry function and run the loop as a
+        function of the module (chunks over prange, or serial), which combines the partials."""
         g, em, S = self.g, self.em, self.S
         total = S.product(g.shape)
         extent = total if self.flat else S(g.shape[0])
@@ -643,57 +687,45 @@ class GroupEmitter:
         for s in self.direct_sinks.values():
             out.append(f"{em.var(s)} = np.full({S.shape(s.shape)}, {reduce_init(s.op, s.dtype)}, "
                        f"{np_dtype(s.dtype)})")
+        fn = []
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
                 if self._is_full(x):
-                    out.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
+                    fn.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
         for x in self.reads.values():
             if self._is_scalar_read(x):
-                out.append(f"{em.scalar(x)}_s = {em.first(x)}")
+                fn.append(f"{em.scalar(x)}_s = {em.first(x)}")
         if not self.parallel:
-            out += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
-            out += body
-            out += [f"{em.var(s)} = np.full({S.shape(s.shape)}, {em.scalar(s)}_acc, {np_dtype(s.dtype)})"
-                    for s in accs]
-            return
-        nch = f"nch{g.seq}"
-        out.append(f"{nch} = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
-        loop = f"for ch in prange({nch}):"
-        em.uses_prange = True
-        for s in accs:
-            out.append(f"{em.var(s)}_part = np.empty({nch}, {np_dtype(s.dtype)})")
-        for s in self.partials.values():
-            shp = f"({nch}, " + ", ".join(S(d) for d in s.shape) + ")"
-            out.append(f"{em.var(s)}_part = np.full({shp}, {reduce_init(s.op, s.dtype)}, {np_dtype(s.dtype)})")
-        ind = "    "
-        chunk = [f"lo = ch * {extent} // {nch}", f"hi = (ch + 1) * {extent} // {nch}"]
-        chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
-        chunk += body
-        chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
-        if len(body) > OUTLINE_LINES:
-            # Numba's parfor passes grow slowly with the size of a prange body: a long body
-            # compiles faster as its own function called from a one-line prange loop
-            import re
-            text = "\n".join(chunk)
-            names = sorted(set(re.findall(r"\b(?:v[a-z]+(?:_f|_part)?|x[a-z]+_[sc]|n\d+)\b", text)))
-            params = ["ch", nch] + [n for n in names if n != nch]
-            fname = f"{em.prefix}group_{g.seq}"
-            em.functions.append([f"def {fname}({', '.join(params)}):"] + [ind + ln for ln in chunk])
-            out.append(loop)
-            # prange's index is unsigned: pass it as int64 so the body compiles once, not twice
-            out.append(ind + f"{fname}({', '.join(['np.int64(ch)'] + params[1:])})")
+            fn += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+            fn += body
+            fn += [f"{em.var(s)} = np.full({S.shape(s.shape)}, {em.scalar(s)}_acc, {np_dtype(s.dtype)})"
+                   for s in accs]
         else:
-            out.append(loop)
-            out += [ind + ln for ln in chunk]
-        for s in accs:
-            v = em.var(s)
-            comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
-            out += [f"{v}_t = {v}_part[0]", f"for c in range(1, {nch}):", f"    {v}_t = {comb}",
-                    f"{v} = np.full({S.shape(s.shape)}, {v}_t, {np_dtype(s.dtype)})"]
-        for s in self.partials.values():
-            v = em.var(s)
-            comb = ARRAY_COMBINE[s.op].format(a=v, b=f"{v}_part[c]")
-            out += [f"{v} = {v}_part[0].copy()", f"for c in range(1, {nch}):", f"    {comb}"]
+            fn.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+            for s in accs:
+                fn.append(f"{em.var(s)}_part = np.empty(nch, {np_dtype(s.dtype)})")
+            for s in self.partials.values():
+                shp = "(nch, " + ", ".join(S(d) for d in s.shape) + ")"
+                fn.append(f"{em.var(s)}_part = np.full({shp}, {reduce_init(s.op, s.dtype)}, "
+                          f"{np_dtype(s.dtype)})")
+            ind = "    "
+            chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
+            chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+            chunk += body
+            chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
+            fn.append("for ch in prange(nch):")
+            fn += [ind + ln for ln in chunk]
+            for s in accs:
+                v = em.var(s)
+                comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
+                fn += [f"{v}_t = {v}_part[0]", "for c in range(1, nch):", f"    {v}_t = {comb}",
+                       f"{v} = np.full({S.shape(s.shape)}, {v}_t, {np_dtype(s.dtype)})"]
+            for s in self.partials.values():
+                v = em.var(s)
+                comb = ARRAY_COMBINE[s.op].format(a=v, b=f"{v}_part[c]")
+                fn += [f"{v} = {v}_part[0].copy()", "for c in range(1, nch):", f"    {comb}"]
+        rets = [em.var(s) for s in accs] + [em.var(s) for s in self.partials.values()]
+        em.outline(fn, rets, self.parallel, f"group_{g.seq}")
 
     def emit_scalar_group(self):
         """A group over shape (): straight-line code in the entry function."""

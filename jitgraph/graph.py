@@ -122,7 +122,10 @@ class Graph:
     def __init__(self, inputs, outputs, adjoint_ids=(), meta=None):
         self.inputs = list(inputs)
         self.outputs = list(outputs)
-        reach = toposort(self.outputs)
+        # creation order is a topological order, and the reverse sweep's: each adjoint is
+        # consumed (weight gradients, the next layer's adjoint) right after it is made, so
+        # the steps run in this order keep few adjoints alive
+        reach = sorted(toposort(self.outputs), key=lambda n: n.id)
         reach_ids = {n.id for n in reach}
         self.nodes = [n for n in self.inputs if n.id not in reach_ids] + reach
         self.adjoint_ids = frozenset(adjoint_ids) & {n.id for n in self.nodes}

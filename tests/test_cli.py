@@ -202,7 +202,7 @@ def test_show_module_syntax_from_the_command_line(losses):
                cwd=losses.parent)
     assert r.returncode == 0, r.stderr
     assert "value and gradient w.r.t. w\n" in r.stdout and re.search(r"traced graph, \d+ nodes", r.stdout)
-    assert "u:f64[4,3] = matmul l t\n  in (k, u) }" in r.stdout      # the gradient of w only
+    assert "u:f64[4,3] = matmul t s\n  in (k, u) }" in r.stdout      # the gradient of w only
     assert "fusion" not in r.stdout
 
 
