@@ -7,13 +7,20 @@ front end calls in.
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .fusion import Group, OpStep, Partition
+from .memory import MemoryPlan, MemoryReport
 
 
 class Program:
     """A compiled graph: `kernel(dims, *inputs, *consts)` returns the graph's outputs."""
 
-    def __init__(self, graph, partition, source, kernel, module, path, sizes, consts):
+    def __init__(self, graph, partition, source, kernel, module, path, sizes, consts, plan=None):
         self.graph = graph
+        self.plan = plan          # the MemoryPlan (CPU), or None
+        # workspace: bytes of the arena and the offsets of its slots, for these sizes; the
+        # kernel takes (ws, wofs) after the constants when ws_bytes is not None
+        self.ws_bytes, self.ws_offsets = None, None
+        if plan is not None and plan.slots:
+            self.ws_bytes, self.ws_offsets = plan.layout()
         self.partition = partition
         self.source = source
         self.kernel = kernel
@@ -30,6 +37,14 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), cac
                  cache=cache_enabled() if cache is None else cache)
     source = em.emit()
     return part, source, em
+
+
+def memory_report(graph, parallel=True):
+    """The MemoryReport of `graph` as `compile_graph` would build it (partitions and plans;
+    emits and compiles nothing)."""
+    from .source import Sizes
+    plan = MemoryPlan(graph, Partition(graph), Sizes(graph))
+    return plan.report(graph.meta.get("remat"))
 
 
 def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba",
@@ -50,8 +65,9 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     else:
         kernel, module, path = load_kernel(source)
     consts = em.const_values()
-    return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
+    return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
 
 
-__all__ = ["compile_graph", "generate", "Program", "Partition", "Group", "OpStep", "cache_dir",
+__all__ = ["compile_graph", "generate", "memory_report", "Program", "Partition", "Group", "OpStep", "MemoryPlan",
+           "MemoryReport", "cache_dir",
            "cache_enabled", "load_kernel"]

@@ -2,13 +2,20 @@
 
 Layout of a generated module:
 
-* one `@njit` entry function, `kernel(dims, *arrays)`, that runs the steps in
-  order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
-  `codegen/runtime.py`) and each loop group inline. A group's outer loop is
-  split into a fixed number of chunks, each accumulating its reductions into
-  its own slot of a partial buffer; with `prange` the chunks run on all cores.
-  The chunk count depends only on sizes, never on the thread count, so results
-  are identical for any number of threads.
+* one function per loop group, `group_<k>(sizes, arrays...)`: the fused loop,
+  its outer loop split into a fixed number of chunks, each accumulating its
+  reductions into its own slot of a partial buffer; with `prange` the chunks run
+  on all cores. The chunk count depends only on sizes, never on the thread
+  count, so results are identical for any number of threads. Groups whose code
+  is the same up to the names of their arrays share one function (the layers of
+  a deep network compile one loop, not one per layer).
+* the entry function, `kernel(dims, *inputs, *consts, ws, wofs)`, that runs the
+  steps in order: library ops (BLAS matmul, slicing, gathers; precompiled
+  helpers in `codegen/runtime.py`) and calls of the group functions. Stored
+  values live in slots of the workspace arena `ws` at offsets `wofs`, as
+  planned by `codegen/memory.py`; outputs are new arrays. The entry is `@njit`
+  for up to NJIT_ENTRY_MAX_STEPS steps, and plain Python beyond (a long
+  function compiles slowly; a Python entry deletes each array after its last use).
 
 The one place the source depends on sizes beyond their equality pattern: a
 group whose loop (at trace time) has fewer than PARALLEL_MIN points runs
@@ -27,6 +34,7 @@ import re
 import numpy as np
 
 from .fusion import Group, REDUCE_OPS
+from .memory import MemoryPlan
 from .source import Sizes, literal, np_dtype
 
 # reductions: identity, update statement, and how chunk partials combine
@@ -74,6 +82,10 @@ F64_RESULT = {"exp", "expm1", "tanh"}
 
 GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
+# Entry functions with more steps run as Python, not compiled: Numba's compile time grows
+# faster than linearly with the length of a function (a depth-256 residual MLP's entry took
+# 190 s), while a Python entry costs a few microseconds per step at run time.
+NJIT_ENTRY_MAX_STEPS = 48
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
 
@@ -129,6 +141,9 @@ class Emitter:
         self.cache = cache
         self.names = graph.names()
         self.sizes = Sizes(graph)
+        # the entry function's buffers come from one workspace arena (`ws`, slot offsets
+        # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
+        self.plan = MemoryPlan(graph, partition, self.sizes, plan=not prefix)
         self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         # Floating scalar constants other than 0 and 1 are read at run time from `svals`, not
         # written as literals: they often derive from shapes (a mean's 1/batch) or from user
@@ -166,6 +181,17 @@ class Emitter:
             return f"np.full(1, {self.const_ref(node)}, {np_dtype(node.dtype)})"
         return self.var(node)
 
+    def buffer(self, node, shape=None):
+        """An expression for a new array holding node's value: its workspace slot, or a new
+        array when the plan leaves it out (outputs, subgraph kernels)."""
+        shape = node.shape if shape is None else shape
+        dt = np_dtype(node.dtype)
+        slot = self.plan.slot_of.get(node.id)
+        if slot is None:
+            return f"np.empty({self.sizes.shape(shape)}, {dt})"
+        size = f"{self.sizes.product(shape)} * {node.dtype.itemsize}"
+        return f"ws[wofs[{slot}]:wofs[{slot}] + {size}].view({dt}).reshape({self.sizes.shape(shape)})"
+
     def const_ref(self, node):
         """A scalar constant's value in code: a literal, or the local read from `svals`."""
         if node.id in self._hoisted:
@@ -190,11 +216,16 @@ class Emitter:
 
     # ---- entry function ----------------------------------------------------------------------
     def emit(self):
-        for step in self.part.steps:
+        # a long program's entry runs as Python (see the module docstring)
+        self.driver = not self.prefix and len(self.part.steps) > NJIT_ENTRY_MAX_STEPS
+        dead = self._dead_after() if self.driver else {}
+        for k, step in enumerate(self.part.steps):
             if isinstance(step, Group):
                 self.emit_group(step)
             else:
                 self.emit_op(step.node)
+            if dead.get(k):
+                self.body.append(f"del {', '.join(dead[k])}")
         outs = []
         seen = set()
         for n in self.graph.outputs:
@@ -205,6 +236,30 @@ class Emitter:
             outs.append(v)
         self.body.append(f"return ({', '.join(outs)},)")
         return self.render()
+
+    def _dead_after(self):
+        """Step index -> names of the entry's arrays read for the last time by that step (a
+        Python entry frees them there; Numba frees dead arrays by itself)."""
+        last, made = {}, {}
+        plan = self.plan
+        for n in self.graph.nodes:
+            k = plan.step_at.get(n.id)
+            if k is None:
+                continue
+            if n.id in self.part.materialized and n.op not in ("input", "const") \
+                    and n.dtype != object:
+                made[n.id] = n
+            if n.id in self.part.virtual:
+                continue
+            for x in n.inputs:
+                x = self.part.resolve(x)
+                last[x.id] = max(last.get(x.id, -1), k)
+        keep = {self.part.resolve(o).id for o in self.graph.outputs}
+        dead = {}
+        for i, n in made.items():
+            if i not in keep and i in last:
+                dead.setdefault(last[i], []).append(self.var(n))
+        return dead
 
     def render(self):
         fm = "{" + ", ".join(repr(f) for f in self.fastmath) + "}" if self.fastmath else "False"
@@ -225,14 +280,19 @@ class Emitter:
         src = list(head)
         for block in self.functions:
             src += [""] + block + [""]
-        src += ["", "@njit(**_OPTS)"] + self.kernel_lines()
+        if self.driver:
+            src += ["", f"# {len(self.part.steps)} steps: the entry runs as Python, calling the compiled "
+                    "loops and library routines above"]
+        else:
+            src += ["", "@njit(**_OPTS)"]
+        src += self.kernel_lines()
         return "\n".join(src) + "\n"
 
-    def outline(self, lines, rets, parallel, label):
+    def outline(self, lines, parallel, label):
         """Emit `lines` as a module function and call it from the current body.
 
         Its parameters are the names it reads but never assigns (arrays, sizes, scalar
-        constants); it returns `rets`. Functions whose text is the same up to a consistent
+        constants); it writes its results into arrays it is given. Functions whose text is the same up to a consistent
         renaming of those names and locals are emitted once: the layers of a deep network
         share one compiled loop per distinct layer shape, so compile time does not grow
         with depth. Parallel functions are the only ones with `prange`: Numba's automatic
@@ -245,27 +305,25 @@ class Emitter:
         params = [n for n in names if n not in assigned]
         rename = {n: f"_{k}" for k, n in enumerate(names)}
         canon = _NAME.sub(lambda m: rename[m.group(0)], code)
-        key = (canon, tuple(rename[r] for r in rets), parallel)
+        key = (canon, parallel)
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
             par = "parallel=_PARALLEL, " if parallel else ""
             block = [f"# the loop of {fname}", f"@njit({par}**_OPTS)",
                      f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
-            if rets:
-                block.append(f"    return ({', '.join(rets)},)")
             entry = self.shared[key] = (fname, block)
             self.functions.append(block)
         else:
             fname, block = entry
             block[0] += f", {self.prefix}{label}"
         call = f"{fname}({', '.join(params)})"
-        self.body.append(f"{', '.join(rets)}, = {call}" if rets else call)
+        self.body.append(call)
 
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
         out = [self.var(n) for n in self.const_args] + [name for name, _ in self.extra_consts]
-        return out + (["svals"] if self.scalar_consts else [])
+        return out + (["svals"] if self.scalar_consts else []) + (["ws", "wofs"] if self.plan.slots else [])
 
     def const_values(self):
         """The values for `kernel_params()`, in order."""
@@ -296,14 +354,14 @@ class Emitter:
         out.append(self.comment(node))
         if op == "matmul":
             if node.ndim == 2:
-                out.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]})")
+                out.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]}, {self.buffer(node)})")
             else:
                 a, b = node.inputs
                 nb = S.product(node.shape[:-2])
                 m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
                 out += [f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
                         f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
-                        f"np.empty(({nb}, {S(m)}, {S(n)}), {np_dtype(node.dtype)}))"
+                        f"{self.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
                         f".reshape({S.shape(node.shape)})"]
         elif op == "transpose":
             users = self.users[node.id]
@@ -311,16 +369,15 @@ class Emitter:
                     and node not in self.graph.outputs:
                 out.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
             else:
-                out.append(f"{v} = np.ascontiguousarray({x[0]}.transpose({tuple(p['perm'])}))")
+                out += [f"{v} = {self.buffer(node)}", f"{v}[...] = {x[0]}.transpose({tuple(p['perm'])})"]
         elif op == "reshape":
             out.append(f"{v} = {x[0]}.reshape({S.shape(node.shape)})")
         elif op == "broadcast":
             out.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {S.shape(node.shape)}))")
         elif op == "slice":
-            out.append(f"{v} = np.ascontiguousarray({x[0]}[{self._slices(p)}])")
+            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = {x[0]}[{self._slices(p)}]"]
         elif op == "pad_slice":
-            out += [f"{v} = np.zeros({S.shape(node.shape)}, {np_dtype(node.dtype)})",
-                    f"{v}[{self._slices(p)}] = {x[0]}"]
+            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = 0", f"{v}[{self._slices(p)}] = {x[0]}"]
         elif op == "concatenate":
             out.append(f"{v} = np.concatenate(({', '.join(x)},), axis={p['axis']})")
         elif op in ("gather", "scatter_add"):
@@ -451,10 +508,12 @@ class Emitter:
         pre, post, n = S.product(big[:axis]), S.product(big[axis + 1:]), S(big[axis])
         m = S.product(idx.shape)
         dt = np_dtype(node.dtype)
+        buf = self.buffer(node)
         if node.op == "gather":
-            src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"np.empty(({pre}, {m}, {post}), {dt})"
+            src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
         else:
-            src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"np.zeros(({pre}, {n}, {post}), {dt})"
+            src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
+            self.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
         self.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
                          f".reshape({S.shape(node.shape)})")
 
@@ -683,10 +742,11 @@ class GroupEmitter:
         out.append(f"# group {g.seq}: fused loop over {S.shape(g.shape)} ({kind}, {mode}), "
                    f"{len(g.nodes)} nodes")
         for n in self.writes.values():
-            out.append(f"{em.var(n)} = np.empty({S.shape(n.shape)}, {np_dtype(n.dtype)})")
+            out.append(f"{em.var(n)} = {em.buffer(n)}")
         for s in self.direct_sinks.values():
-            out.append(f"{em.var(s)} = np.full({S.shape(s.shape)}, {reduce_init(s.op, s.dtype)}, "
-                       f"{np_dtype(s.dtype)})")
+            out += [f"{em.var(s)} = {em.buffer(s)}", f"{em.var(s)}[...] = {reduce_init(s.op, s.dtype)}"]
+        for s in accs + list(self.partials.values()):
+            out.append(f"{em.var(s)} = {em.buffer(s)}")
         fn = []
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
@@ -698,8 +758,7 @@ class GroupEmitter:
         if not self.parallel:
             fn += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
             fn += body
-            fn += [f"{em.var(s)} = np.full({S.shape(s.shape)}, {em.scalar(s)}_acc, {np_dtype(s.dtype)})"
-                   for s in accs]
+            fn += [f"{em.var(s)}[{self._zeros(s)}] = {em.scalar(s)}_acc" for s in accs]
         else:
             fn.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
             for s in accs:
@@ -719,13 +778,15 @@ class GroupEmitter:
                 v = em.var(s)
                 comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
                 fn += [f"{v}_t = {v}_part[0]", "for c in range(1, nch):", f"    {v}_t = {comb}",
-                       f"{v} = np.full({S.shape(s.shape)}, {v}_t, {np_dtype(s.dtype)})"]
+                       f"{v}[{self._zeros(s)}] = {v}_t"]
             for s in self.partials.values():
                 v = em.var(s)
                 comb = ARRAY_COMBINE[s.op].format(a=v, b=f"{v}_part[c]")
-                fn += [f"{v} = {v}_part[0].copy()", "for c in range(1, nch):", f"    {comb}"]
-        rets = [em.var(s) for s in accs] + [em.var(s) for s in self.partials.values()]
-        em.outline(fn, rets, self.parallel, f"group_{g.seq}")
+                fn += [f"{v}[...] = {v}_part[0]", "for c in range(1, nch):", f"    {comb}"]
+        em.outline(fn, self.parallel, f"group_{g.seq}")
+
+    def _zeros(self, node):
+        return ", ".join(["0"] * max(node.ndim, 1))
 
     def emit_scalar_group(self):
         """A group over shape (): straight-line code in the entry function."""
@@ -748,4 +809,4 @@ class GroupEmitter:
                 expr = _elementwise_expr(n, [val(x) for x in n.inputs])
             out.append(f"{em.scalar(n)} = {expr}  {em.comment(n)}")
             if n.id in self.mat:
-                out.append(f"{em.var(n)} = np.full(1, {em.scalar(n)}, {np_dtype(n.dtype)})")
+                out += [f"{em.var(n)} = {em.buffer(n)}", f"{em.var(n)}[{self._zeros(n)}] = {em.scalar(n)}"]

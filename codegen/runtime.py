@@ -11,9 +11,11 @@ _OPTS = dict(cache=True, error_model="numpy", boundscheck=False)
 
 
 @njit(**_OPTS)
-def matmul2d(a, b):
-    """a @ b for 2-D arrays (C or F ordered: transposed views go to BLAS without a copy)."""
-    return np.dot(a, b)
+def matmul2d(a, b, out):
+    """out = a @ b for 2-D arrays (C or F ordered: transposed views go to BLAS without a
+    copy); `out` is C-ordered and shares no memory with a or b."""
+    np.dot(a, b, out)
+    return out
 
 
 @njit(**_OPTS)

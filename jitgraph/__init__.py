@@ -19,7 +19,8 @@ from .control import cond, fori_loop, scan, while_loop
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
 from .interpreter import evaluate
-from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad
+from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad, memory_report
+from .remat import MemoryBudgetError, checkpoint
 from . import distributed  # noqa: F401  (Dask is imported only when it is used)
 from .onnx_export import export_onnx
 from .viz import render, to_dot
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "value_and_grad", "grad", "jit", "jit_grad", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",
-    "cond", "fori_loop", "scan", "while_loop", "hvp",
+    "cond", "fori_loop", "scan", "while_loop", "hvp", "checkpoint", "memory_report", "MemoryBudgetError",
     "make_graph", "trace_graph", "eval_graph", "evaluate", "export_onnx", "to_dot", "render",
     "Graph", "Node", "logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient",
     "JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError",

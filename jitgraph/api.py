@@ -226,6 +226,8 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
 
     value, aux = _split_aux(out, has_aux, fname)
     _check_loss(value, fname)
+    if trace.regions:
+        meta["checkpoint_regions"] = dict(trace.regions)
     value_node = _as_node(trace, value)
     n_forward = len(trace.nodes)
     wrt, grad_trees = [], []

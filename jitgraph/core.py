@@ -47,6 +47,13 @@ class GraphTrace(Trace):
         super().__init__()
         self.nodes = []
         self._cse = {}
+        self.region = None        # the `checkpoint` region being traced, if any
+        self.regions = {}         # node id -> checkpoint region of the nodes made inside one
+        self._n_regions = 0
+
+    def new_region(self):
+        self._n_regions += 1
+        return self._n_regions
 
     def new_input(self, index, shape, dtype, weak=False):
         node = Node("input", (), {"index": index}, shape, dtype)
@@ -98,6 +105,8 @@ class GraphTrace(Trace):
             shape, dtype = PRIMS[op].abstract(*[(n.shape, n.dtype) for n in nodes], **params)
             hit = Node(op, nodes, params, shape, dtype)
             self.nodes.append(hit)
+            if self.region is not None:
+                self.regions[hit.id] = self.region
             if key is not None:
                 self._cse[key] = hit
         return Tracer(self, hit)

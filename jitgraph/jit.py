@@ -93,6 +93,7 @@ class Lowered:
         self.program = program
         self.timings = timings            # seconds: trace, codegen+compile
         self.native = None                # "compiled", "disk", "reused" or "python"
+        self._memory = None
 
     @property
     def source(self):
@@ -115,6 +116,17 @@ class Lowered:
 
     def describe(self):
         return self.program.partition.describe()
+
+    @property
+    def memory(self):
+        """The `MemoryReport` of this program: predicted peak, workspace, stored activations
+        and recompute cost (None for the CUDA target)."""
+        plan = getattr(self.program, "plan", None)
+        if plan is None:
+            return None
+        if self._memory is None:
+            self._memory = plan.report(self.graph.meta.get("remat"))
+        return self._memory
 
     @property
     def graph_hash(self):
@@ -169,11 +181,12 @@ class _Entry:
     rebuilds the output structure (no generic loops on the hot path: this is
     most of the per-call overhead left after Numba's)."""
 
-    __slots__ = ("lowered", "call", "desc", "guards")
+    __slots__ = ("lowered", "call", "desc", "guards", "pool")
 
-    def __init__(self, lowered, guards, desc, target="cpu"):
+    def __init__(self, lowered, guards, desc, target="cpu", reuse=True):
         graph, prog = lowered.graph, lowered.program
         self.lowered = lowered
+        self.pool = []       # free workspace arenas
         self.desc = desc
         self.guards = guards
         n_in = len(graph.inputs)
@@ -205,7 +218,22 @@ class _Entry:
         for k, c in enumerate(prog.consts):
             ns[f"c{k}"] = c
             consts.append(f"c{k}")
-        lines.append(f"    r = kernel({', '.join(['dims'] + names + consts)})")
+        if prog.ws_bytes is None:
+            lines.append(f"    r = kernel({', '.join(['dims'] + names + consts)})")
+        else:
+            # the planned buffers: a workspace arena per concurrent call, kept between calls
+            # (a pool: a call takes a free arena or makes one, and gives it back)
+            ns.update(pool=self.pool, wofs=prog.ws_offsets, WSB=int(prog.ws_bytes), empty=np.empty,
+                      u8=np.uint8, keep=reuse)
+            lines += ["    try:",
+                      "        ws = pool.pop()",
+                      "    except IndexError:",
+                      "        ws = empty(WSB, u8)",
+                      "    try:",
+                      f"        r = kernel({', '.join(['dims'] + names + consts + ['ws', 'wofs'])})",
+                      "    finally:",
+                      "        if keep:",
+                      "            pool.append(ws)"]
         outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
         order = graph.meta.get("out_order")
         if order is not None:
@@ -317,13 +345,16 @@ class JitFunction:
     """A compiled version of `fun`; see `jit` and `jit_grad`."""
 
     def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba",
-                 target="cpu", static_argnums=(), cache_size=None):
+                 target="cpu", static_argnums=(), cache_size=None, remat=None, reuse_buffers=True):
         if backend not in ("numba", "python"):
             raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
         if target not in ("cpu", "cuda", "auto"):
             raise ValueError(f"target must be 'cpu', 'cuda' or 'auto', got {target!r}")
+        _check_remat(remat, grad)
         self.fun = fun
         self.grad = grad
+        self.remat = remat
+        self.reuse_buffers = bool(reuse_buffers)
         self.argnums = argnums
         self.has_aux = has_aux
         self.parallel = parallel
@@ -561,6 +592,10 @@ class JitFunction:
         target = self._resolved_target()
         abstract = [_abstract(a) for a in dyn]
         graph = trace_graph(fun, abstract, argnums, self.has_aux, self.grad)
+        if self.grad and target == "cpu":
+            from .remat import apply_policy
+            graph = apply_policy(graph, self.remat,
+                                 lambda g: codegen.memory_report(g, parallel=self.parallel))
         guards = _guards(self.fun)
         self._stats["traces"] += 1
         t1 = time.perf_counter()
@@ -568,13 +603,12 @@ class JitFunction:
                                         target=target)
         leaves, _ = tree_flatten(tuple(dyn))
         lowered = Lowered(graph, program, {})
-        entry = _Entry(lowered, guards, desc, target)
+        entry = _Entry(lowered, guards, desc, target, reuse=self.reuse_buffers)
         # Numba compiles lazily; run once now so the first call's cost is all here, and
         # find out whether this was a compile, a disk-cache load or an in-process reuse
-        kernel = program.kernel
-        before = _dispatch_state(kernel)
+        before = _dispatch_state(program)
         entry.call(leaves)
-        after = _dispatch_state(kernel)
+        after = _dispatch_state(program)
         if before is None:
             lowered.native = "python" if self.backend == "python" else "external"
         elif after[0] == before[0]:
@@ -607,6 +641,12 @@ class JitFunction:
         return CacheInfo(s["traces"], s["compiles"], s["hits"], s["disk_hits"], s["kernel_reuses"],
                          len(self._entries), self.maxsize, s["evictions"])
 
+    def release_buffers(self):
+        """Free the workspace arenas kept between calls (the next call allocates one again)."""
+        with self._lock:
+            for entry in self._entries.values():
+                entry.pool.clear()
+
     def clear_cache(self):
         """Drop every trace of this function (compiled kernels stay cached on disk and in memory)."""
         with self._lock:
@@ -635,7 +675,8 @@ class JitFunction:
         # the kernel from the disk cache; copies with the same token share one cache.
         options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
                        parallel=self.parallel, backend=self.backend, target=self.target,
-                       static_argnums=self.static_argnums, cache_size=self.maxsize)
+                       static_argnums=self.static_argnums, cache_size=self.maxsize, remat=self.remat,
+                       reuse_buffers=self.reuse_buffers)
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)
@@ -663,17 +704,49 @@ def _abstract(a):
     return tree_unflatten(tree, out)
 
 
-def _dispatch_state(kernel):
-    """(number of compiled signatures, disk-cache hits) of a Numba dispatcher, else None."""
-    overloads = getattr(kernel, "overloads", None)
-    stats = getattr(kernel, "stats", None)
-    if overloads is None or stats is None:
+def _dispatch_state(program):
+    """(compiled signatures, disk-cache hits) summed over the Numba dispatchers of a program's
+    module (its entry, when compiled, and its loop functions), else None."""
+    kernels = [program.kernel]
+    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    if mod is not None:
+        kernels = [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
+                   and getattr(getattr(v, "py_func", None), "__module__", None) == mod.__name__]
+    kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
+    if not kernels:
         return None
-    return len(overloads), sum(stats.cache_hits.values())
+    return (sum(len(k.overloads) for k in kernels),
+            sum(sum(k.stats.cache_hits.values()) for k in kernels))
+
+
+def _check_remat(remat, grad):
+    if remat is None:
+        return
+    if not grad:
+        raise ValueError("remat= is an option of jit_grad: a forward-only function stores no "
+                         "activations for a backward pass")
+    if isinstance(remat, str) and remat == "sqrt":
+        return
+    if isinstance(remat, (int, np.integer)) and not isinstance(remat, bool) and remat > 0:
+        return
+    raise ValueError(f"remat must be None, 'sqrt' or a positive byte budget (int), got {remat!r}")
+
+
+def memory_report(fun, *args, **jit_options):
+    """The `MemoryReport` of `fun` compiled for `args` (printing it gives a table).
+
+    `fun` is a `jit_grad`/`jit` function, or a plain function (then compiled with
+    `jit_grad(fun, **jit_options)`). Same as `fun.lower(*args).memory`.
+    """
+    if not isinstance(fun, JitFunction):
+        fun = jit_grad(fun, **jit_options)
+    elif jit_options:
+        raise TypeError("memory_report: options go to jit_grad when fun is not compiled yet")
+    return fun.lower(*args).memory
 
 
 def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=True,
-             backend="numba", target="cpu", cache_size=None):
+             backend="numba", target="cpu", cache_size=None, remat=None, reuse_buffers=True):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
     Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`.
@@ -689,25 +762,36 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             (CUDA when a GPU is present).
         cache_size: how many signatures the in-memory trace cache keeps (LRU); default
             $JITGRAPH_TRACE_CACHE_SIZE or 128.
+        remat: what the backward pass recomputes instead of storing (CPU target): None
+            (store every activation it reads, except in `checkpoint` regions), "sqrt"
+            (about sqrt(n) segments: O(sqrt n) stored activations for a depth-n chain at
+            about one extra forward pass), or an int byte budget for the predicted peak
+            (the least recomputation that meets it; `MemoryBudgetError` says the smallest
+            budget it can meet). Gradients are the same under every policy.
+        reuse_buffers: keep the planned buffers (one workspace arena per concurrent call)
+            between calls (default). Concurrent calls from several threads each take their
+            own arena, so they never share buffers; `f.release_buffers()` frees the kept
+            ones. False allocates the workspace per call and frees it on return.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
-    groups); `f.cache_info()` the cache counters.
+    groups, `.memory` report); `f.cache_info()` the cache counters.
     """
     opts = dict(argnums=argnums, has_aux=has_aux, static_argnums=static_argnums, parallel=parallel,
-                backend=backend, target=target, cache_size=cache_size)
+                backend=backend, target=target, cache_size=cache_size, remat=remat,
+                reuse_buffers=reuse_buffers)
     if fun is None:
         return lambda f: JitFunction(f, True, **opts)
     return JitFunction(fun, True, **opts)
 
 
 def jit(fun=None, *, static_argnums=(), parallel=True, backend="numba", target="cpu",
-        cache_size=None):
+        cache_size=None, reuse_buffers=True):
     """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars.
 
-    Options as in `jit_grad` (without argnums/has_aux).
+    Options as in `jit_grad` (without argnums/has_aux/remat).
     """
     opts = dict(static_argnums=static_argnums, parallel=parallel, backend=backend, target=target,
-                cache_size=cache_size)
+                cache_size=cache_size, reuse_buffers=reuse_buffers)
     if fun is None:
         return lambda f: JitFunction(f, False, **opts)
     return JitFunction(fun, False, **opts)

@@ -1,0 +1,339 @@
+"""Buffer planning: which stored values share memory, and what a call's peak will be.
+
+The steps of a `Partition` run in order. A stored value (a materialized node) is
+*live* from the step that produces it to the last step that reads it, reads
+through views included (reshapes and transposed views of it). Two values may
+share a buffer when their live ranges do not overlap, and, in one case, when
+they touch: a flat elementwise loop may write its result over an operand it
+reads for the last time at the same point (an in-place update), because each
+point reads before it writes and the chunks of the loop own disjoint points.
+
+Buffers are *slots* of one workspace arena. The assignment depends only on the
+graph's structure and its symbolic sizes (a slot holds values of one size class,
+`n0 * n1` float64 say), never on concrete sizes: a kernel reused for a new
+batch size keeps its plan and gets new slot offsets. Slot offsets (bytes,
+64-aligned) are computed per set of concrete sizes by `MemoryPlan.layout`.
+
+Not planned, and allocated per call:
+* graph outputs (returned to the caller; never views of the workspace), and the
+  values they are views of;
+* results of control flow (the tuples of scan/cond/while) and of concatenate;
+* per-chunk partial sums inside parallel loops (at most 16 rows per reduction).
+"""
+import numpy as np
+
+ALIGN = 64
+# ops that leave their result in a buffer the plan provides (see emit_cpu)
+PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "gather", "scatter_add")
+
+
+def flops(node):
+    """Rough operation count of one node (multiply-adds count 2)."""
+    if node.op in ("input", "const", "broadcast", "reshape", "transpose", "proj", "stop_gradient"):
+        return 0
+    if node.op == "matmul":
+        a = node.inputs[0]
+        return 2 * int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1])
+    if node.op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+        return int(node.inputs[0].size)
+    return int(node.size)
+
+
+def nbytes(node):
+    return max(int(node.size), 1) * node.dtype.itemsize
+
+
+class Item:
+    """One planned or unplanned stored value: its node, live range and size class."""
+    __slots__ = ("node", "start", "end", "slot", "cls", "in_place")
+
+    def __init__(self, node, start, end, cls):
+        self.node, self.start, self.end, self.cls = node, start, end, cls
+        self.slot = None
+        self.in_place = False
+
+
+class MemoryPlan:
+    """The workspace plan of one partitioned graph (CPU target).
+
+    Attributes:
+        slot_of: node id -> slot index, for values that live in the workspace.
+        slots: per slot, the items it holds over the call (in step order).
+        fresh: ids of stored values allocated per call (outputs, control flow results).
+        last_use: node id -> index of the last step reading it (len(steps) for outputs).
+    """
+
+    def __init__(self, graph, partition, sizes, plan=True):
+        self.graph, self.part, self.sizes = graph, partition, sizes
+        part = partition
+        steps = part.steps
+        self.n_steps = len(steps)
+        step_index = {s.seq: k for k, s in enumerate(steps)}
+        self.step_at = {}          # node id -> index of the step computing it
+        for n in graph.nodes:
+            s = part.step_of.get(n.id)
+            if s is not None:
+                self.step_at[n.id] = step_index[s.seq]
+        # views: values whose storage is another value's (reshape of a stored value, and
+        # the transposed views the emitter gives matmuls)
+        self.root = {}
+        users = graph.users()
+        for n in graph.nodes:
+            if n.id not in part.materialized or n.op in ("input", "const"):
+                continue
+            if self._is_view(n, users):
+                self.root[n.id] = self.root_of(part.resolve(n.inputs[0]))
+        last = {}
+        end = self.n_steps
+        for n in graph.nodes:
+            if n.op in ("input", "const") or n.id in part.virtual:
+                continue
+            k = self.step_at[n.id]
+            for x in n.inputs:
+                r = self.root_of(part.resolve(x))
+                last[r.id] = max(last.get(r.id, -1), k)
+        out_roots = {self.root_of(part.resolve(o)).id for o in graph.outputs}
+        for r in out_roots:
+            last[r] = end
+        self.last_use = last
+        self.items = []
+        self.fresh = set()
+        self.slot_of = {}
+        self.slots = []
+        self.slot_cls = []
+        for n in graph.nodes:
+            if n.id not in part.materialized or n.op in ("input", "const") or n.id in self.root:
+                continue
+            k = self.step_at[n.id]
+            it = Item(n, k, last.get(n.id, k), (sizes.product(n.shape), n.dtype.itemsize))
+            self.items.append(it)
+            if not plan or n.id in out_roots or not self._plannable(n):
+                self.fresh.add(n.id)
+        if plan:
+            self._assign(users)
+
+    # ---- structure ------------------------------------------------------------------------------
+    def _is_view(self, n, users):
+        if n.op == "reshape":
+            return True
+        if n.op == "transpose" and n.p["perm"] == (1, 0):
+            us = users[n.id]
+            return bool(us) and all(u.op == "matmul" and u.ndim == 2 for u in us) \
+                and n not in self.graph.outputs
+        return False
+
+    def root_of(self, n):
+        return self.root.get(n.id, n)
+
+    def _plannable(self, n):
+        from .fusion import Group
+        step = self.part.step_of[n.id]
+        if isinstance(step, Group):
+            return True
+        return n.op in PLANNED_OPS
+
+    # ---- assignment ---------------------------------------------------------------------------
+    def _in_place_ok(self, item, victim):
+        """Can `item` (written by a flat loop at step item.start) overwrite `victim`, read there
+        for the last time?"""
+        from .fusion import Group
+        step = self.part.steps[item.start]
+        if not isinstance(step, Group) or step.rank == 0 or step.k != step.rank \
+                or victim.end != item.start:
+            return False
+        v = victim.node
+        if tuple(v.shape) != step.shape or tuple(item.node.shape) != step.shape \
+                or step.members.get(item.node.id) == "sink":
+            return False
+        # each point computes the members in order and stores each right after computing it:
+        # every read of the victim must come no later than the member that overwrites it, be
+        # at the loop point (not a view), and not be a sink's (sinks update after all stores)
+        pos = {n.id: k for k, n in enumerate(step.nodes)}
+        mine = pos[item.node.id]
+        for n in step.nodes:
+            for x in n.inputs:
+                src = self.part.resolve(x)
+                if self.root_of(src) is not v:
+                    continue
+                if src is not v or step.members[n.id] == "sink" or pos[n.id] > mine:
+                    return False
+        return True
+
+    def _assign(self, users):
+        by_start = sorted((it for it in self.items if it.node.id not in self.fresh),
+                          key=lambda it: (it.start, it.node.id))
+        free = {}          # size class -> slots free now
+        busy = []          # (end, slot, item)
+        for it in by_start:
+            # release the slots whose values died before this step
+            still = []
+            for end, slot, old in busy:
+                if end < it.start:
+                    free.setdefault(self.slot_cls[slot], []).append(slot)
+                else:
+                    still.append((end, slot, old))
+            busy = still
+            slot = None
+            pool = free.get(it.cls)
+            if pool:
+                slot = pool.pop()
+            else:
+                for k, (end, s, old) in enumerate(busy):
+                    if self.slot_cls[s] == it.cls and self._in_place_ok(it, old):
+                        slot = s
+                        it.in_place = True
+                        del busy[k]
+                        break
+            if slot is None:
+                slot = len(self.slots)
+                self.slots.append([])
+                self.slot_cls.append(it.cls)
+            it.slot = slot
+            self.slots[slot].append(it)
+            self.slot_of[it.node.id] = slot
+            busy.append((it.end, slot, it))
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    def layout(self, size_values=None):
+        """(total bytes, int64 offsets per slot) for concrete sizes; `size_values` are the
+        values of n0, n1, ... (default: the sizes the plan was made for)."""
+        offsets, total = [], 0
+        scale = self._size_map(size_values)
+        for items in self.slots:
+            offsets.append(total)
+            need = max(self._bytes(it.node, scale) for it in items)
+            total += -(-need // ALIGN) * ALIGN
+        return total, np.array(offsets or [0], dtype=np.int64)
+
+    def _size_map(self, size_values):
+        if size_values is None:
+            return None
+        return dict(zip(self.sizes.values, size_values))
+
+    @staticmethod
+    def _bytes(node, scale):
+        if scale is None:
+            return nbytes(node)
+        n = 1
+        for d in node.shape:
+            n *= scale.get(d, d)
+        return max(n, 1) * node.dtype.itemsize
+
+    # ---- the report -----------------------------------------------------------------------------
+    def report(self, remat=None):
+        """A `MemoryReport` for the sizes the plan was made for."""
+        ws, _ = self.layout()
+        fresh_out = sum(nbytes(it.node) for it in self.items
+                        if it.node.id in self.fresh and it.end == self.n_steps)
+        unplanned = sum(nbytes(it.node) for it in self.items
+                        if it.node.id in self.fresh and it.end < self.n_steps)
+        delta = [0] * (self.n_steps + 2)
+        for it in self.items:
+            b = nbytes(it.node)
+            lo = it.start + (1 if it.in_place else 0)   # shares its first step with its victim
+            delta[lo] += b
+            delta[min(it.end, self.n_steps) + 1] -= b
+        live_peak = run = 0
+        for d in delta:
+            run += d
+            live_peak = max(live_peak, run)
+        stored = 0
+        boundary = None
+        if self.graph.meta.get("grad") and self.graph.outputs:
+            v = self.part.resolve(self.graph.outputs[0])
+            boundary = self.step_at.get(self.root_of(v).id)
+        if boundary is not None:
+            stored = sum(nbytes(it.node) for it in self.items
+                         if it.start <= boundary < it.end and it.node.id not in self._outputs_ids())
+        return MemoryReport(
+            peak_bytes=ws + fresh_out + unplanned, workspace_bytes=ws, output_bytes=fresh_out,
+            unplanned_bytes=unplanned, live_peak_bytes=live_peak, stored_bytes=stored,
+            values=len(self.items), buffers=len(self.slots),
+            in_place=sum(1 for it in self.items if it.in_place),
+            forward_flops=sum(flops(n) for n in self.graph.nodes if n.id not in self.graph.adjoint_ids),
+            total_flops=sum(flops(n) for n in self.graph.nodes), remat=remat,
+            grad=bool(self.graph.meta.get("grad")))
+
+    def _outputs_ids(self):
+        return {self.root_of(self.part.resolve(o)).id for o in self.graph.outputs}
+
+
+def _fmt_bytes(b):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b} B"
+
+
+class MemoryReport:
+    """Predicted memory of one compiled call (bytes), and what rematerialization costs.
+
+    peak_bytes: what a call needs beyond its inputs: the workspace, the outputs and
+        the unplanned per-call allocations (`workspace + outputs + unplanned`).
+    workspace_bytes: the planned buffers (one arena, kept between calls).
+    output_bytes: the returned arrays (new each call).
+    unplanned_bytes: per-call allocations outside the plan (control flow, concatenate).
+    live_peak_bytes: the most bytes of stored values live at once (the lower bound
+        the workspace approaches).
+    stored_bytes: values kept across the forward/backward boundary (the activations
+        the backward pass reads), 0 for forward-only graphs.
+    recompute_flops: operations re-run by rematerialization (0 without remat).
+    """
+
+    def __init__(self, peak_bytes, workspace_bytes, output_bytes, unplanned_bytes, live_peak_bytes,
+                 stored_bytes, values, buffers, in_place, forward_flops, total_flops, remat=None,
+                 grad=True):
+        self.grad = grad
+        self.peak_bytes = peak_bytes
+        self.workspace_bytes = workspace_bytes
+        self.output_bytes = output_bytes
+        self.unplanned_bytes = unplanned_bytes
+        self.live_peak_bytes = live_peak_bytes
+        self.stored_bytes = stored_bytes
+        self.values = values
+        self.buffers = buffers
+        self.in_place = in_place
+        self.forward_flops = forward_flops
+        self.total_flops = total_flops
+        self.remat = dict(remat or {})
+        self.recompute_flops = self.remat.get("recompute_flops", 0)
+
+    def as_dict(self):
+        keys = ("peak_bytes", "workspace_bytes", "output_bytes", "unplanned_bytes", "live_peak_bytes",
+                "stored_bytes", "values", "buffers", "in_place", "forward_flops", "total_flops",
+                "recompute_flops")
+        d = {k: getattr(self, k) for k in keys}
+        d["remat"] = self.remat.get("policy")
+        return d
+
+    def __str__(self):
+        rows = [
+            ("predicted peak (workspace + outputs + unplanned)", _fmt_bytes(self.peak_bytes)),
+            ("  workspace (planned buffers, kept between calls)",
+             f"{_fmt_bytes(self.workspace_bytes)} in {self.buffers} buffers for {self.values} values"
+             f" ({self.in_place} in place)"),
+            ("  outputs (new each call)", _fmt_bytes(self.output_bytes)),
+            ("  unplanned (control flow, concatenate)", _fmt_bytes(self.unplanned_bytes)),
+            ("live peak (values alive at once)", _fmt_bytes(self.live_peak_bytes)),
+        ]
+        if not self.grad:
+            rows.append(("flops", f"{self.total_flops:.3g}"))
+            w = max(len(r[0]) for r in rows)
+            return "\n".join(f"{a.ljust(w)}  {b}" for a, b in rows)
+        rows.append(("stored for the backward pass", _fmt_bytes(self.stored_bytes)))
+        pol = self.remat.get("policy")
+        if pol is None:
+            rows.append(("rematerialization", "none"))
+        else:
+            rows.append(("rematerialization", f"{pol!r}: {self.remat.get('segments', 0)} segments, "
+                         f"{self.remat.get('recomputed_nodes', 0)} nodes recomputed"))
+            rows.append(("  recompute cost", f"{self.recompute_flops:.3g} flops "
+                         f"({self.recompute_flops / max(self.forward_flops, 1):.2f}x the forward)"))
+        rows.append(("flops (forward / forward + backward)",
+                     f"{self.forward_flops:.3g} / {self.total_flops:.3g}"))
+        w = max(len(r[0]) for r in rows)
+        return "\n".join(f"{a.ljust(w)}  {b}" for a, b in rows)
+
+    def __repr__(self):
+        return (f"MemoryReport(peak={_fmt_bytes(self.peak_bytes)}, stored={_fmt_bytes(self.stored_bytes)}, "
+                f"recompute_flops={self.recompute_flops:.3g})")
