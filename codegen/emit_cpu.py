@@ -2,20 +2,22 @@
 
 Layout of a generated module:
 
-* one function per loop group, `group_<k>(sizes, arrays...)`: the fused loop,
-  its outer loop split into a fixed number of chunks, each accumulating its
-  reductions into its own slot of a partial buffer; with `prange` the chunks run
-  on all cores. The chunk count depends only on sizes, never on the thread
-  count, so results are identical for any number of threads. Groups whose code
-  is the same up to the names of their arrays share one function (the layers of
-  a deep network compile one loop, not one per layer).
-* the entry function, `kernel(dims, *inputs, *consts, ws, wofs)`, that runs the
-  steps in order: library ops (BLAS matmul, slicing, gathers; precompiled
-  helpers in `codegen/runtime.py`) and calls of the group functions. Stored
-  values live in slots of the workspace arena `ws` at offsets `wofs`, as
-  planned by `codegen/memory.py`; outputs are new arrays. The entry is `@njit`
-  for up to NJIT_ENTRY_MAX_STEPS steps, and plain Python beyond (a long
-  function compiles slowly; a Python entry deletes each array after its last use).
+* the entry function, `kernel(dims, *inputs, *consts, ws, wofs)`, runs the steps
+  in order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
+  `codegen/runtime.py`) and the fused loop groups. A group's outer loop is
+  split into a fixed number of chunks, each accumulating its reductions into
+  its own slot of a partial buffer; with `prange` the chunks run on all cores.
+  The chunk count depends only on sizes, never on the thread count, so results
+  are identical for any number of threads. Stored values live in slots of the
+  workspace arena `ws` at byte offsets `wofs`, as planned by
+  `codegen/memory.py`; outputs are new arrays.
+* Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
+  loops inline (one function compiles faster than several). Longer programs
+  (deep networks) get a plain Python entry that calls one `@njit` function per
+  loop group, and groups whose code is the same up to the names of their arrays
+  share one function: the layers of a deep network compile one loop per
+  distinct layer, not one per layer, and Numba's compile time, which grows
+  faster than linearly with a function's length, stays out of the entry.
 
 The one place the source depends on sizes beyond their equality pattern: a
 group whose loop (at trace time) has fewer than PARALLEL_MIN points runs
@@ -58,9 +60,6 @@ REDUCE_UPDATE = {
 }
 REDUCE_COMBINE = {"reduce_sum": "{a} + {b}", "reduce_prod": "{a} * {b}",
                   "reduce_max": "_max({a}, {b})", "reduce_min": "_min({a}, {b})"}
-ARRAY_COMBINE = {"reduce_sum": "{a} += {b}", "reduce_prod": "{a} *= {b}",
-                 "reduce_max": "{a}[:] = np.maximum({a}, {b})",
-                 "reduce_min": "{a}[:] = np.minimum({a}, {b})"}
 
 # elementwise ops: one scalar expression each (op-to-template table)
 TEMPLATES = {
@@ -86,6 +85,7 @@ MAX_CHUNKS = 16
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
 NJIT_ENTRY_MAX_STEPS = 48
+OUTLINE_LINES = 40         # parallel chunk bodies longer than this become their own function
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
 
@@ -155,6 +155,8 @@ class Emitter:
         self.body = []            # lines of the entry function
         self.users = graph.users()
         self.functions = []       # module-level functions: loop groups, subgraph kernels
+        self.uses_prange = False
+        self.driver = False
 
     # ---- names -------------------------------------------------------------------------------
     def var(self, node):
@@ -284,41 +286,51 @@ class Emitter:
             src += ["", f"# {len(self.part.steps)} steps: the entry runs as Python, calling the compiled "
                     "loops and library routines above"]
         else:
-            src += ["", "@njit(**_OPTS)"]
+            par = "_PARALLEL" if self.uses_prange else "False"
+            src += ["", f"@njit(parallel={par}, **_OPTS)"]
         src += self.kernel_lines()
         return "\n".join(src) + "\n"
 
     def outline(self, lines, parallel, label):
-        """Emit `lines` as a module function and call it from the current body.
+        """Run a group's `lines`: inline in a compiled entry (one function compiles faster
+        than several), or as a shared module function (see `function`) called from a
+        Python entry."""
+        if self.driver:
+            self.body.append(self.function(lines, parallel, label))
+        else:
+            self.uses_prange |= parallel
+            self.body += lines
 
-        Its parameters are the names it reads but never assigns (arrays, sizes, scalar
-        constants); it writes its results into arrays it is given. Functions whose text is the same up to a consistent
-        renaming of those names and locals are emitted once: the layers of a deep network
-        share one compiled loop per distinct layer shape, so compile time does not grow
-        with depth. Parallel functions are the only ones with `prange`: Numba's automatic
-        conversion of array expressions into parallel loops would compile a kernel per
-        allocation for nothing.
+    def function(self, lines, parallel, label, lead=()):
+        """Make `lines` a module function; returns the call expression.
+
+        Its parameters are `lead` then the names it reads but never assigns (arrays,
+        sizes, scalar constants); it writes its results into arrays it is given.
+        Functions whose text is the same up to a consistent renaming of those names and
+        locals are emitted once: the layers of a deep network share one compiled loop
+        per distinct layer shape, so compile time does not grow with depth. Parallel
+        functions are the only ones with `prange`: Numba's automatic conversion of array
+        expressions into parallel loops would compile a kernel per allocation for nothing.
         """
         code = "\n".join(_strip_comment(ln) for ln in lines)
         names = list(dict.fromkeys(_NAME.findall(code)))
         assigned = set(_ASSIGNED.findall(code))
-        params = [n for n in names if n not in assigned]
+        params = list(lead) + [n for n in names if n not in assigned]
         rename = {n: f"_{k}" for k, n in enumerate(names)}
         canon = _NAME.sub(lambda m: rename[m.group(0)], code)
-        key = (canon, parallel)
+        key = (canon, parallel, tuple(lead))
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
             par = "parallel=_PARALLEL, " if parallel else ""
-            block = [f"# the loop of {fname}", f"@njit({par}**_OPTS)",
+            block = [f"# {fname}", f"@njit({par}**_OPTS)",
                      f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
             entry = self.shared[key] = (fname, block)
             self.functions.append(block)
         else:
             fname, block = entry
-            block[0] += f", {self.prefix}{label}"
-        call = f"{fname}({', '.join(params)})"
-        self.body.append(call)
+            block[0] += f", also for {self.prefix}{label}"
+        return f"{fname}({', '.join(params)})"
 
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
@@ -369,15 +381,15 @@ class Emitter:
                     and node not in self.graph.outputs:
                 out.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
             else:
-                out += [f"{v} = {self.buffer(node)}", f"{v}[...] = {x[0]}.transpose({tuple(p['perm'])})"]
+                out += [f"{v} = _rt.copy({x[0]}.transpose({tuple(p['perm'])}), {self.buffer(node)})"]
         elif op == "reshape":
             out.append(f"{v} = {x[0]}.reshape({S.shape(node.shape)})")
         elif op == "broadcast":
             out.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {S.shape(node.shape)}))")
         elif op == "slice":
-            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = {x[0]}[{self._slices(p)}]"]
+            out.append(f"{v} = _rt.copy({x[0]}[{self._slices(p)}], {self.buffer(node)})")
         elif op == "pad_slice":
-            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = 0", f"{v}[{self._slices(p)}] = {x[0]}"]
+            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = 0", f"_rt.copy({x[0]}, {v}[{self._slices(p)}])"]
         elif op == "concatenate":
             out.append(f"{v} = np.concatenate(({', '.join(x)},), axis={p['axis']})")
         elif op in ("gather", "scatter_add"):
@@ -773,16 +785,26 @@ class GroupEmitter:
             chunk += body
             chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
             fn.append("for ch in prange(nch):")
-            fn += [ind + ln for ln in chunk]
+            if len(chunk) > OUTLINE_LINES:
+                # Numba's parfor passes slow down with the size of a prange body: a long body
+                # compiles faster as its own function; prange's index is unsigned, pass int64
+                call = em.function(chunk, False, f"group_{g.seq}_chunk", lead=("ch", "nch"))
+                fn.append(ind + call.replace("(ch, ", "(np.int64(ch), ", 1))
+            else:
+                fn += [ind + ln for ln in chunk]
             for s in accs:
                 v = em.var(s)
                 comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
                 fn += [f"{v}_t = {v}_part[0]", "for c in range(1, nch):", f"    {v}_t = {comb}",
                        f"{v}[{self._zeros(s)}] = {v}_t"]
             for s in self.partials.values():
-                v = em.var(s)
-                comb = ARRAY_COMBINE[s.op].format(a=v, b=f"{v}_part[c]")
-                fn += [f"{v}[...] = {v}_part[0]", "for c in range(1, nch):", f"    {comb}"]
+                # element loops: Numba compiles an array assignment or an in-place array
+                # operator with its broadcasting machinery, about 1-2 s each
+                v, size = em.var(s), S.product(s.shape)
+                comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_pf[c, q]")
+                fn += [f"{v}_f = {v}.reshape({size})", f"{v}_pf = {v}_part.reshape((nch, {size}))",
+                       f"for q in range({size}):", f"    {v}_t = {v}_pf[0, q]",
+                       "    for c in range(1, nch):", f"        {v}_t = {comb}", f"    {v}_f[q] = {v}_t"]
         em.outline(fn, self.parallel, f"group_{g.seq}")
 
     def _zeros(self, node):

@@ -19,6 +19,15 @@ def matmul2d(a, b, out):
 
 
 @njit(**_OPTS)
+def copy(src, dst):
+    """dst[...] = src for arrays of one shape (any layouts); returns dst. Element loops
+    compile faster than Numba's broadcasting array assignment."""
+    for idx in np.ndindex(src.shape):
+        dst[idx] = src[idx]
+    return dst
+
+
+@njit(**_OPTS)
 def matmul_batched(a, b, out):
     """out[i] = a[i] @ b[i] for 3-D C-ordered arrays."""
     for i in range(a.shape[0]):
