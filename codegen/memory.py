@@ -325,8 +325,9 @@ class MemoryReport:
         if pol is None:
             rows.append(("rematerialization", "none"))
         else:
+            n_rec = self.remat.get("recomputed_nodes", 0)
             rows.append(("rematerialization", f"{pol!r}: {self.remat.get('segments', 0)} segments, "
-                         f"{self.remat.get('recomputed_nodes', 0)} nodes recomputed"))
+                         f"{n_rec} nodes recomputed" if n_rec else f"{pol!r}: nothing recomputed"))
             rows.append(("  recompute cost", f"{self.recompute_flops:.3g} flops "
                          f"({self.recompute_flops / max(self.forward_flops, 1):.2f}x the forward)"))
         rows.append(("flops (forward / forward + backward)",

@@ -1,7 +1,7 @@
 """The `jitgraph` command (also `python -m jitgraph`).
 
     jitgraph bench [--full] [--plot out.png] [--no-peers] [--reps N] [workload ...]
-    jitgraph show MODULE:FUNCTION --shape x=1024x256 --shape w=256 [--grad] [--source]
+    jitgraph show MODULE:FUNCTION --shape x=1024x256 --shape w=256 [--grad] [--remat sqrt] [--source]
 
 `bench` times the benchmark workloads eagerly and compiled (and against JAX and
 PyTorch when they are installed); `show` traces one of your functions at the
@@ -119,6 +119,7 @@ a parameter with a default value may be left out and keeps it, as a constant:
 examples:
   jitgraph show mymodel.py:loss --shape w=4x3 --shape x=5x4 --grad --argnums w
   jitgraph show mymodel.py:predict --shape w=4x3 --shape x=5x4 --dtype float32 --source
+  jitgraph show mymodel.py:loss --shape w=4x3 --shape x=5x4 --grad --remat sqrt
 """
 
 
@@ -138,9 +139,28 @@ def _show_parser(sub):
     p.add_argument("--source", action="store_true", help="also print the generated source")
     p.add_argument("--no-fusion", action="store_true",
                    help="print the traced graph only: no fusion, code generation or compile (fast)")
+    p.add_argument("--remat", metavar="POLICY", type=parse_remat,
+                   help="rematerialization for --grad: none, sqrt, or a byte budget for the predicted "
+                        "peak (e.g. 200000000, 200M, 1.5G)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random arguments (default 0)")
     p.set_defaults(run=_run_show)
     return p
+
+
+def parse_remat(text):
+    """--remat: "none", "sqrt", or a byte count with an optional K/M/G suffix (powers of 1000)."""
+    t = text.strip().lower()
+    if t == "none":
+        return None
+    if t == "sqrt":
+        return "sqrt"
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)b?", t)
+    if not m:
+        raise argparse.ArgumentTypeError(f"--remat takes none, sqrt or a byte budget like 200M, got {text!r}")
+    n = int(float(m.group(1)) * {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2)])
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"--remat budget must be positive, got {text!r}")
+    return n
 
 
 def load_function(spec):
@@ -377,11 +397,15 @@ def _run_show(a, out=None):
             _section(out, f"traced graph, {len(graph.nodes)} nodes", graph)
             return 0
         if grad:
-            f = jg.jit_grad(dyn_fun, argnums=dyn_nums, has_aux=has_aux)
+            f = jg.jit_grad(dyn_fun, argnums=dyn_nums, has_aux=has_aux, remat=a.remat)
         else:
+            if a.remat is not None:
+                raise CliError("--remat applies to gradients; add --grad")
             f = jg.jit(dyn_fun)
         low = f.lower(*dyn_args)
-    except JitgraphError as e:
+    except (JitgraphError, CliError) as e:
+        if isinstance(e, CliError):
+            raise
         raise CliError(f"{type(e).__name__}: {e}") from e
     except Exception as e:
         raise CliError(f"tracing {fname} failed: {type(e).__name__}: {e}") from e

@@ -189,6 +189,13 @@ def test_show_prints_graph_groups_and_source(losses, capsys):
     assert re.search(r"codegen \+ compile \d+ ms \(kernel: (compiled|disk|reused)\)", out)
 
 
+def test_show_memory_report_with_remat(losses, capsys):
+    rc, out, err = run_cli(["show", f"{losses}:loss", *LOSS_SHAPES, "--grad", "--remat", "1G"], capsys)
+    assert rc == 0, err
+    assert "== memory ==" in out and "predicted peak" in out and "stored for the backward pass" in out
+    assert "rematerialization                                  1000000000:" in out
+
+
 def test_show_forward_float32_with_defaults(losses, capsys):
     rc, out, err = run_cli(["show", f"{losses}:scaled", "--shape", "x=8", "--dtype", "float32"], capsys)
     assert rc == 0, err
@@ -225,6 +232,10 @@ def test_show_module_syntax_from_the_command_line(losses):
     (["show", "{losses}:branchy", "--shape", "x=3"], "TracingError: bool() of a traced value"),
     (["show", "{losses}:loss", "--shape", "w=4x3", "--shape", "b=3", "--shape", "x=5x3", "--shape", "y=5x3"],
      "ShapeError: matmul"),
+    (["show", "{losses}:loss", *LOSS_SHAPES, "--remat", "half"], "--remat takes none, sqrt or a byte budget"),
+    (["show", "{losses}:loss", *LOSS_SHAPES, "--remat", "sqrt"], "--remat applies to gradients; add --grad"),
+    (["show", "{losses}:loss", *LOSS_SHAPES, "--grad", "--remat", "10"],
+     "MemoryBudgetError: remat budget of 10 bytes cannot be met: the smallest predicted peak is"),
     (["bench", "w9"], "unknown workload(s) w9"),
     (["bench", "--reps", "x"], "invalid int value"),
     (["bench", "--plot", "{missing}/b.png"], "does not exist"),
