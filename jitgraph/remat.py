@@ -16,9 +16,11 @@ memory is free again before the next one.
 Policies (`jit_grad(..., remat=...)`):
 
 * None: store every residual (unless `checkpoint` marks regions).
-* "sqrt": about sqrt(n) segments along the forward pass, cut where the values
-  crossing the cut are fewest bytes (between layers of a network, say); the
-  last segment, whose backward runs right after the forward, is not recomputed.
+* "sqrt": about sqrt(n) segments along the forward pass, where n is the total
+  bytes of the residuals over the median bytes crossing a cut (the number of
+  layers of a network, say); each cut is placed where the fewest bytes cross
+  near its target (between layers), and the last segment, whose backward runs
+  right after the forward, is not recomputed.
 * an int: a byte budget for the predicted peak (`MemoryReport.peak_bytes`): the
   least recomputation that meets it, or `MemoryBudgetError` naming the smallest
   budget the graph can meet.
@@ -99,9 +101,10 @@ class _Forward:
                     if x.id in self.pos and x.op not in ("input", "const"):
                         self.residuals.add(x.id)
 
-    def cut_candidates(self):
-        """Positions p (a cut before forward node p) with the fewest bytes crossing, as
-        (p, cumulative residual bytes before p); and the total residual bytes."""
+    def cuts(self):
+        """(rows, total): for each position p strictly inside the forward pass (a cut before
+        forward node p with residuals on both sides), (p, bytes crossing the cut, residual
+        bytes before p); and the total residual bytes."""
         n = len(self.nodes)
         cross = [0] * (n + 2)
         res_before = [0] * (n + 2)
@@ -120,29 +123,33 @@ class _Forward:
             run_r += res_before[p]
             rows.append((p, run_c, run_r))
         total = run_r
-        inner = [(p, c, r) for p, c, r in rows if 0 < r < total]
-        if not inner:
-            return [], total
-        least = min(c for _, c, _ in inner)
-        best = {}
-        for p, c, r in inner:
-            # cuts with the same residual bytes before them are the same cut: keep the earliest
-            if c <= 1.5 * least and r not in best:
-                best[r] = p
-        return sorted((p, r) for r, p in best.items()), total
+        return [row for row in rows if 0 < row[2] < total], total
+
+    def chain_length(self):
+        """About how many cut points of typical size the residuals span: total residual
+        bytes over the median bytes crossing a cut (the n of "O(sqrt n)")."""
+        rows, total = self.cuts()
+        sizes = sorted(c for _, c, _ in rows if c > 0)
+        if not sizes:
+            return 0
+        return total / sizes[len(sizes) // 2]
 
 
 def segments_for(fwd, k):
-    """Cut positions splitting the residual bytes into about k equal segments."""
-    cands, total = fwd.cut_candidates()
-    if k <= 1 or not cands:
+    """Cut positions splitting the residual bytes into about k equal segments, each cut
+    where the fewest bytes cross within half a segment of its target."""
+    rows, total = fwd.cuts()
+    if k <= 1 or not rows:
         return []
     cuts = []
     for j in range(1, k):
+        lo, hi = total * (j - 0.5) / k, total * (j + 0.5) / k
         target = total * j / k
-        p, _ = min(cands, key=lambda c: (abs(c[1] - target), c[0]))
-        if p not in cuts and (not cuts or p > cuts[-1]):
-            cuts.append(p)
+        window = [row for row in rows if lo <= row[2] <= hi and (not cuts or row[0] > cuts[-1])]
+        if not window:
+            continue
+        p = min(window, key=lambda row: (row[1], abs(row[2] - target), row[0]))[0]
+        cuts.append(p)
     return cuts
 
 
@@ -237,12 +244,11 @@ def apply_policy(graph, policy, report_of):
         out.meta["remat"] = dict(out.meta.get("remat") or {}, policy=None if out is graph else "checkpoint")
         return out
     fwd = _Forward(graph)
-    cands, _ = fwd.cut_candidates()
-    n = len(cands)
+    n = fwd.chain_length()
     if isinstance(policy, str):
         if policy != "sqrt":
             raise ValueError(f"remat must be None, 'sqrt' or a byte budget (int), got {policy!r}")
-        k = max(2, round(math.sqrt(n + 1)))
+        k = max(2, round(math.sqrt(n)))
         out = rematerialize(graph, segments_for(fwd, k))
         out.meta["remat"] = dict(out.meta.get("remat") or {}, policy="sqrt")
         return out
@@ -251,7 +257,7 @@ def apply_policy(graph, policy, report_of):
     return _fit_budget(graph, fwd, n, int(policy), report_of)
 
 
-def _fit_budget(graph, fwd, n_cands, budget, report_of):
+def _fit_budget(graph, fwd, n, budget, report_of):
     """The least recomputation whose predicted peak fits `budget` bytes."""
     tried = []
 
@@ -267,11 +273,11 @@ def _fit_budget(graph, fwd, n_cands, budget, report_of):
     hit = attempt(base, "no recomputation")
     if hit is not None:
         return hit
-    if n_cands == 0:
+    if n < 1:
         raise MemoryBudgetError(_budget_message(budget, tried))
     # about sqrt(n) segments, recomputing the earliest m of them (their activations are
     # stored longest): the smallest m that fits, by bisection on the predicted peak
-    k = max(2, round(math.sqrt(n_cands + 1)))
+    k = max(2, round(math.sqrt(n)))
     cuts = segments_for(fwd, k)
     lo, hi, found = 1, len(cuts), None
     while lo <= hi:
@@ -287,9 +293,9 @@ def _fit_budget(graph, fwd, n_cands, budget, report_of):
         found[0].meta["remat"] = dict(found[0].meta.get("remat") or {}, policy=budget)
         return found[0]
     # finer segments: more checkpoints, smaller segments
-    k2 = k
-    while k2 < n_cands + 1:
-        k2 = min(n_cands + 1, k2 * 2)
+    k2, most = k, max(k, int(n))
+    while k2 < most:
+        k2 = min(most, k2 * 2)
         hit = attempt(rematerialize(graph, segments_for(fwd, k2)), f"{k2} segments")
         if hit is not None:
             return hit

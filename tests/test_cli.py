@@ -281,3 +281,16 @@ def test_train_mlp_example():
     assert acc and float(acc.group(1)) > 0.8 and float(acc.group(1)) == float(acc.group(2))
     diff = float(re.search(r"final weights: (\S+)", out).group(1))
     assert diff < 1e-10
+
+
+def test_checkpointing_example():
+    r = run_py(["examples/checkpointing.py", "--depth", "12", "--width", "8", "--batch", "16",
+                "--steps", "3", "--reps", "1"])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    rows = re.findall(r"^(store everything|remat=\"sqrt\"|jg.checkpoint per block|remat=\d+ \(bytes\))\s+"
+                      r"([\d.]+) MiB\s+([\d.]+) MiB.*(same bits)$", out, re.M)
+    assert len(rows) == 4, out
+    assert "rematerialization                                  'sqrt'" in out
+    losses = [float(v) for v in re.findall(r"loss ([\d.]+)", out)]
+    assert len(losses) == 2 and losses[1] < losses[0]
