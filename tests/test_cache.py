@@ -138,7 +138,8 @@ def test_eight_threads_on_a_cold_function_trace_and_compile_once():
         t.join()
     assert not errors
     info = f.cache_info()
-    assert info.traces == 1 and info.compiles == 1 and info.hits == 7
+    # one native build: compiled, or loaded from a disk cache that outlived an earlier run
+    assert info.traces == 1 and info.compiles + info.disk_hits == 1 and info.hits == 7
     for v, g in results:
         assert v == pytest.approx(np.sum(np.sin(x)) * c, rel=1e-12)
         np.testing.assert_allclose(g, np.cos(x) * c, rtol=1e-12)
