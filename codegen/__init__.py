@@ -21,6 +21,13 @@ class Program:
         self.ws_bytes, self.ws_offsets = None, None
         if plan is not None and plan.slots:
             self.ws_bytes, self.ws_offsets = plan.layout()
+        # (shape, dtype) of each output buffer the kernel takes last (o0, o1, ...)
+        self.out_specs = []
+        if plan is not None:
+            by_id = {n.id: n for n in graph.nodes}
+            for nid, k in sorted(plan.out_index.items(), key=lambda kv: kv[1]):
+                n = by_id[nid]
+                self.out_specs.append((tuple(n.shape) or (1,), n.dtype))
         self.partition = partition
         self.source = source
         self.kernel = kernel

@@ -184,10 +184,14 @@ class Emitter:
         return self.var(node)
 
     def buffer(self, node, shape=None):
-        """An expression for a new array holding node's value: its workspace slot, or a new
-        array when the plan leaves it out (outputs, subgraph kernels)."""
+        """An expression for a new array holding node's value: its workspace slot, the
+        output buffer the caller passes (`o<k>`), or a new array when the plan leaves it
+        out (subgraph kernels, control flow)."""
         shape = node.shape if shape is None else shape
         dt = np_dtype(node.dtype)
+        out = self.plan.out_index.get(node.id)
+        if out is not None and tuple(shape) == tuple(node.shape):
+            return f"o{out}"
         slot = self.plan.slot_of.get(node.id)
         if slot is None:
             return f"np.empty({self.sizes.shape(shape)}, {dt})"
@@ -335,7 +339,9 @@ class Emitter:
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
         out = [self.var(n) for n in self.const_args] + [name for name, _ in self.extra_consts]
-        return out + (["svals"] if self.scalar_consts else []) + (["ws", "wofs"] if self.plan.slots else [])
+        out += ["svals"] if self.scalar_consts else []
+        out += ["ws", "wofs"] if self.plan.slots else []
+        return out + [f"o{k}" for k in range(len(self.plan.out_index))]
 
     def const_values(self):
         """The values for `kernel_params()`, in order."""

@@ -16,7 +16,9 @@ batch size keeps its plan and gets new slot offsets. Slot offsets (bytes,
 
 Not planned, and allocated per call:
 * graph outputs (returned to the caller; never views of the workspace), and the
-  values they are views of;
+  values they are views of: the caller passes these buffers in (`out_index`)
+  and reuses one only when the array it returned last time is no longer
+  referenced;
 * results of control flow (the tuples of scan/cond/while) and of concatenate;
 * per-chunk partial sums inside parallel loops (at most 16 rows per reduction).
 """
@@ -109,8 +111,17 @@ class MemoryPlan:
             self.items.append(it)
             if not plan or n.id in out_roots or not self._plannable(n):
                 self.fresh.add(n.id)
+        # output buffers: passed in by the caller, who recycles one once the array it
+        # returned last time is no longer referenced (jit.py)
+        self.out_index = {}
         if plan:
             self._assign(users)
+            for o in graph.outputs:
+                r = self.root_of(part.resolve(o))
+                if r.op in ("input", "const") or r.id in self.out_index or r.dtype == object \
+                        or r.id not in part.materialized or not self._plannable(r):
+                    continue
+                self.out_index[r.id] = len(self.out_index)
 
     # ---- structure ------------------------------------------------------------------------------
     def _is_view(self, n, users):

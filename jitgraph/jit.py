@@ -181,12 +181,13 @@ class _Entry:
     rebuilds the output structure (no generic loops on the hot path: this is
     most of the per-call overhead left after Numba's)."""
 
-    __slots__ = ("lowered", "call", "desc", "guards", "pool")
+    __slots__ = ("lowered", "call", "desc", "guards", "pool", "obufs")
 
     def __init__(self, lowered, guards, desc, target="cpu", reuse=True):
         graph, prog = lowered.graph, lowered.program
         self.lowered = lowered
         self.pool = []       # free workspace arenas
+        self.obufs = [None] * len(getattr(prog, "out_specs", ()))   # last output buffers
         self.desc = desc
         self.guards = guards
         n_in = len(graph.inputs)
@@ -218,22 +219,38 @@ class _Entry:
         for k, c in enumerate(prog.consts):
             ns[f"c{k}"] = c
             consts.append(f"c{k}")
-        if prog.ws_bytes is None:
-            lines.append(f"    r = kernel({', '.join(['dims'] + names + consts)})")
-        else:
+        args = ["dims"] + names + consts
+        if prog.ws_bytes is not None:
             # the planned buffers: a workspace arena per concurrent call, kept between calls
             # (a pool: a call takes a free arena or makes one, and gives it back)
             ns.update(pool=self.pool, wofs=prog.ws_offsets, WSB=int(prog.ws_bytes), empty=np.empty,
-                      u8=np.uint8, keep=reuse)
+                      u8=np.uint8)
             lines += ["    try:",
                       "        ws = pool.pop()",
                       "    except IndexError:",
-                      "        ws = empty(WSB, u8)",
-                      "    try:",
-                      f"        r = kernel({', '.join(['dims'] + names + consts + ['ws', 'wofs'])})",
-                      "    finally:",
-                      "        if keep:",
-                      "            pool.append(ws)"]
+                      "        ws = empty(WSB, u8)"]
+            args += ["ws", "wofs"]
+        ns.update(obuf=self.obufs, getrefcount=sys.getrefcount, empty=np.empty)
+        for k, (shape, dt) in enumerate(getattr(prog, "out_specs", ())):
+            ns[f"OS{k}"], ns[f"OD{k}"] = shape, dt
+            if reuse:
+                # Output buffers are new arrays unless the one returned last time is referenced
+                # by nothing but this list: 3 references (the list, the local, getrefcount's
+                # argument) mean the caller dropped it and every view of it, so writing into it
+                # is invisible; this spares the page faults of a fresh large array per call.
+                lines += [f"    o{k} = obuf[{k}]",
+                          f"    if o{k} is None or getrefcount(o{k}) > 3:",
+                          f"        o{k} = empty(OS{k}, OD{k})",
+                          f"        obuf[{k}] = o{k}"]
+            else:
+                lines.append(f"    o{k} = empty(OS{k}, OD{k})")
+            args.append(f"o{k}")
+        call = f"kernel({', '.join(args)})"
+        if prog.ws_bytes is not None:
+            lines += ["    try:", f"        r = {call}", "    finally:"]
+            lines += ["        pool.append(ws)"] if reuse else ["        pass"]
+        else:
+            lines.append(f"    r = {call}")
         outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
         order = graph.meta.get("out_order")
         if order is not None:
@@ -646,6 +663,7 @@ class JitFunction:
         with self._lock:
             for entry in self._entries.values():
                 entry.pool.clear()
+                entry.obufs[:] = [None] * len(entry.obufs)
 
     def clear_cache(self):
         """Drop every trace of this function (compiled kernels stay cached on disk and in memory)."""
