@@ -196,7 +196,7 @@ class Emitter:
         if slot is None:
             return f"np.empty({self.sizes.shape(shape)}, {dt})"
         size = f"{self.sizes.product(shape)} * {node.dtype.itemsize}"
-        return f"ws[wofs[{slot}]:wofs[{slot}] + {size}].view({dt}).reshape({self.sizes.shape(shape)})"
+        return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
 
     def const_ref(self, node):
         """A scalar constant's value in code: a literal, or the local read from `svals`."""

@@ -115,7 +115,7 @@ class MemoryPlan:
         # returned last time is no longer referenced (jit.py)
         self.out_index = {}
         if plan:
-            self._assign(users)
+            self._assign()
             for o in graph.outputs:
                 r = self.root_of(part.resolve(o))
                 if r.op in ("input", "const") or r.id in self.out_index or r.dtype == object \
@@ -170,7 +170,7 @@ class MemoryPlan:
                     return False
         return True
 
-    def _assign(self, users):
+    def _assign(self):
         by_start = sorted((it for it in self.items if it.node.id not in self.fresh),
                           key=lambda it: (it.start, it.node.id))
         free = {}          # size class -> slots free now

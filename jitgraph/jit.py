@@ -609,7 +609,8 @@ class JitFunction:
         target = self._resolved_target()
         abstract = [_abstract(a) for a in dyn]
         graph = trace_graph(fun, abstract, argnums, self.has_aux, self.grad)
-        if self.grad and target == "cpu":
+        if self.grad:
+            # the budget policy measures candidates with the CPU plan (codegen/memory.py)
             from .remat import apply_policy
             graph = apply_policy(graph, self.remat,
                                  lambda g: codegen.memory_report(g, parallel=self.parallel))
@@ -780,7 +781,7 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             (CUDA when a GPU is present).
         cache_size: how many signatures the in-memory trace cache keeps (LRU); default
             $JITGRAPH_TRACE_CACHE_SIZE or 128.
-        remat: what the backward pass recomputes instead of storing (CPU target): None
+        remat: what the backward pass recomputes instead of storing: None
             (store every activation it reads, except in `checkpoint` regions), "sqrt"
             (about sqrt(n) segments: O(sqrt n) stored activations for a depth-n chain at
             about one extra forward pass), or an int byte budget for the predicted peak
