@@ -102,6 +102,7 @@ class Lowered:
 
     @property
     def partition(self):
+        """The fusion partition: `steps` (loop groups and library calls) in execution order."""
         return self.program.partition
 
     @property
@@ -115,6 +116,7 @@ class Lowered:
         return self.program.path
 
     def describe(self):
+        """One line per step of the partition (what JITGRAPH_DEBUG=2 prints)."""
         return self.program.partition.describe()
 
     @property
@@ -660,7 +662,8 @@ class JitFunction:
                          len(self._entries), self.maxsize, s["evictions"])
 
     def release_buffers(self):
-        """Free the workspace arenas kept between calls (the next call allocates one again)."""
+        """Free the buffers kept between calls: workspace arenas and the output buffers kept for
+        recycling (the next call allocates them again)."""
         with self._lock:
             for entry in self._entries.values():
                 entry.pool.clear()

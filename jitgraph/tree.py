@@ -40,6 +40,9 @@ LEAF = TreeDef("leaf", None, ())
 
 
 def tree_flatten(x):
+    """(leaves, treedef): the non-container values of nested tuples/lists/dicts, in order
+    (dict keys sorted by repr; None is an empty subtree), and the structure that
+    `tree_unflatten` rebuilds from them."""
     leaves = []
 
     def rec(v):
@@ -59,6 +62,7 @@ def tree_flatten(x):
 
 
 def tree_unflatten(treedef, leaves):
+    """The nested structure `treedef` (from `tree_flatten`) with `leaves` in place."""
     it = iter(leaves)
 
     def rec(t):
@@ -75,5 +79,6 @@ def tree_unflatten(treedef, leaves):
 
 
 def tree_map(f, x):
+    """`x` with `f` applied to every leaf (same structure)."""
     leaves, td = tree_flatten(x)
     return tree_unflatten(td, [f(v) for v in leaves])

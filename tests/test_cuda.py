@@ -378,3 +378,22 @@ def test_gpu_benchmark_quick_runs():
     for name in ("w1", "w2", "w3", "w4", "w6"):
         assert name in out
 
+
+
+def test_remat_on_the_cuda_target():
+    def loss(Ws, x):
+        h = x
+        for W in Ws:
+            h = h + np.tanh(h @ W)
+        return np.sum(h * h)
+
+    rng = np.random.default_rng(5)
+    Ws = [rng.standard_normal((5, 5)) * 0.3 for _ in range(6)]
+    x = rng.standard_normal((7, 5))
+    v0, g0 = jg.jit_grad(loss, target="cuda")(Ws, x)
+    v1, g1 = jg.jit_grad(loss, target="cuda", remat="sqrt")(Ws, x)
+    rv, rg = jg.value_and_grad(loss)(Ws, x)
+    np.testing.assert_allclose(v1, rv, rtol=1e-12)
+    for a, b, c in zip(g0, g1, rg):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, c, rtol=1e-10, atol=1e-12)
