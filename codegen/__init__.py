@@ -19,7 +19,7 @@ class Program:
         # workspace: bytes of the arena and the offsets of its slots, for these sizes; the
         # kernel takes (ws, wofs) after the constants when ws_bytes is not None
         self.ws_bytes, self.ws_offsets = None, None
-        if plan is not None and plan.slots:
+        if plan is not None and plan.has_workspace:
             self.ws_bytes, self.ws_offsets = plan.layout()
         # (shape, dtype) of each output buffer the kernel takes last (o0, o1, ...)
         self.out_specs = []
@@ -47,11 +47,10 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), cac
 
 
 def memory_report(graph, parallel=True):
-    """The MemoryReport of `graph` as `compile_graph` would build it (partitions and plans;
-    emits and compiles nothing)."""
-    from .source import Sizes
-    plan = MemoryPlan(graph, Partition(graph), Sizes(graph))
-    return plan.report(graph.meta.get("remat"))
+    """The MemoryReport of `graph` as `compile_graph` would build it (partitions, plans and
+    emits the source; compiles nothing)."""
+    _, _, em = generate(graph, parallel)
+    return em.plan.report(graph.meta.get("remat"))
 
 
 def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba",

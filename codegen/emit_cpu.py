@@ -198,6 +198,19 @@ class Emitter:
         size = f"{self.sizes.product(shape)} * {node.dtype.itemsize}"
         return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
 
+    def scratch(self, k, shape, dtype):
+        """An expression for the k-th scratch array (of `shape`) of the current step: a shared
+        workspace slot, or a new array without a plan."""
+        dt = np_dtype(dtype)
+        dtype = np.dtype(dtype)
+        if not self.plan.enabled:
+            return f"np.empty({self.sizes.shape(shape)}, {dt})"
+        cls = (self.sizes.product(shape), dtype.itemsize)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        slot = self.plan.scratch(k, nbytes, cls)
+        size = f"{self.sizes.product(shape)} * {dtype.itemsize}"
+        return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
+
     def const_ref(self, node):
         """A scalar constant's value in code: a literal, or the local read from `svals`."""
         if node.id in self._hoisted:
@@ -340,7 +353,7 @@ class Emitter:
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
         out = [self.var(n) for n in self.const_args] + [name for name, _ in self.extra_consts]
         out += ["svals"] if self.scalar_consts else []
-        out += ["ws", "wofs"] if self.plan.slots else []
+        out += ["ws", "wofs"] if self.plan.has_workspace else []
         return out + [f"o{k}" for k in range(len(self.plan.out_index))]
 
     def const_values(self):
@@ -779,12 +792,13 @@ class GroupEmitter:
             fn += [f"{em.var(s)}[{self._zeros(s)}] = {em.scalar(s)}_acc" for s in accs]
         else:
             fn.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
-            for s in accs:
-                fn.append(f"{em.var(s)}_part = np.empty(nch, {np_dtype(s.dtype)})")
-            for s in self.partials.values():
-                shp = "(nch, " + ", ".join(S(d) for d in s.shape) + ")"
-                fn.append(f"{em.var(s)}_part = np.full({shp}, {reduce_init(s.op, s.dtype)}, "
-                          f"{np_dtype(s.dtype)})")
+            # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
+            for k, s in enumerate(accs + list(self.partials.values())):
+                v = f"{em.var(s)}_part"
+                shape = (MAX_CHUNKS,) + (tuple(s.shape) if s.id in self.partials else ())
+                out.append(f"{v} = {em.scratch(k, shape, s.dtype)}")
+                if s.id in self.partials:
+                    fn.append(f"{v}[...] = {reduce_init(s.op, s.dtype)}")
             ind = "    "
             chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
             chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
@@ -808,7 +822,7 @@ class GroupEmitter:
                 # operator with its broadcasting machinery, about 1-2 s each
                 v, size = em.var(s), S.product(s.shape)
                 comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_pf[c, q]")
-                fn += [f"{v}_f = {v}.reshape({size})", f"{v}_pf = {v}_part.reshape((nch, {size}))",
+                fn += [f"{v}_f = {v}.reshape({size})", f"{v}_pf = {v}_part.reshape(({MAX_CHUNKS}, {size}))",
                        f"for q in range({size}):", f"    {v}_t = {v}_pf[0, q]",
                        "    for c in range(1, nch):", f"        {v}_t = {comb}", f"    {v}_f[q] = {v}_t"]
         em.outline(fn, self.parallel, f"group_{g.seq}")

@@ -20,7 +20,10 @@ Not planned, and allocated per call:
   and reuses one only when the array it returned last time is no longer
   referenced;
 * results of control flow (the tuples of scan/cond/while) and of concatenate;
-* per-chunk partial sums inside parallel loops (at most 16 rows per reduction).
+* buffers of subgraph kernels (loop bodies, branches).
+
+Scratch buffers live for one step only (the per-chunk partial sums of a parallel
+reduction: MAX_CHUNKS rows each) and share a few slots across all steps.
 """
 import numpy as np
 
@@ -67,6 +70,7 @@ class MemoryPlan:
 
     def __init__(self, graph, partition, sizes, plan=True):
         self.graph, self.part, self.sizes = graph, partition, sizes
+        self.enabled = plan
         part = partition
         steps = part.steps
         self.n_steps = len(steps)
@@ -99,6 +103,8 @@ class MemoryPlan:
             last[r] = end
         self.last_use = last
         self.items = []
+        self.scratch_slots = []    # [size class, bytes]: per-step scratch (chunk partial sums)
+        self._scratch_index = {}
         self.fresh = set()
         self.slot_of = {}
         self.slots = []
@@ -204,15 +210,31 @@ class MemoryPlan:
             self.slot_of[it.node.id] = slot
             busy.append((it.end, slot, it))
 
+    def scratch(self, k, nbytes, cls):
+        """Slot index of the k-th scratch buffer of a step (live during that step only, so
+        every step shares the same few): `nbytes` at the planned sizes, size class `cls`."""
+        key = (k, cls)
+        j = self._scratch_index.get(key)
+        if j is None:
+            j = self._scratch_index[key] = len(self.scratch_slots)
+            self.scratch_slots.append([cls, 0])
+        self.scratch_slots[j][1] = max(self.scratch_slots[j][1], nbytes)
+        return len(self.slots) + j
+
+    @property
+    def has_workspace(self):
+        return bool(self.slots or self.scratch_slots)
+
     # ---- sizes ----------------------------------------------------------------------------------
     def layout(self, size_values=None):
         """(total bytes, int64 offsets per slot) for concrete sizes; `size_values` are the
         values of n0, n1, ... (default: the sizes the plan was made for)."""
         offsets, total = [], 0
         scale = self._size_map(size_values)
-        for items in self.slots:
+        needs = [max(self._bytes(it.node, scale) for it in items) for items in self.slots]
+        needs += [b for _, b in self.scratch_slots]   # scratch is sized for the planned sizes
+        for need in needs:
             offsets.append(total)
-            need = max(self._bytes(it.node, scale) for it in items)
             total += -(-need // ALIGN) * ALIGN
         return total, np.array(offsets or [0], dtype=np.int64)
 
@@ -259,7 +281,7 @@ class MemoryPlan:
         return MemoryReport(
             peak_bytes=ws + fresh_out + unplanned, workspace_bytes=ws, output_bytes=fresh_out,
             unplanned_bytes=unplanned, live_peak_bytes=live_peak, stored_bytes=stored,
-            values=len(self.items), buffers=len(self.slots),
+            values=len(self.items), buffers=len(self.slots) + len(self.scratch_slots),
             in_place=sum(1 for it in self.items if it.in_place),
             forward_flops=sum(flops(n) for n in self.graph.nodes if n.id not in self.graph.adjoint_ids),
             total_flops=sum(flops(n) for n in self.graph.nodes), remat=remat,

@@ -293,3 +293,22 @@ def test_memory_report_table_and_function():
     f = jg.jit(lambda x: np.tanh(x) @ x)
     fwd = jg.memory_report(f, np.ones((3, 3)))
     assert "backward" not in str(fwd) and fwd.stored_bytes == 0
+
+
+def test_no_per_call_allocation_in_a_parallel_program():
+    def loss(x, gamma, W):
+        mu = x.mean(axis=1, keepdims=True)
+        y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * gamma
+        return np.sum(np.tanh(y @ W) ** 2)
+
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((512, 160)), rng.standard_normal(160), rng.standard_normal((160, 8)))
+    f = jg.jit_grad(loss, argnums=(0, 1, 2))
+    low = f.lower(*args)
+    assert "prange(nch)" in low.source
+    for alloc in ("np.empty(", "np.full(", "np.zeros(", ".copy()"):
+        assert alloc not in low.source, alloc
+    v, g = f(*args)
+    rv, rg = jg.value_and_grad(loss, argnums=(0, 1, 2))(*args)
+    for a, b in zip(g, rg):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
