@@ -12,9 +12,12 @@ Each (depth, policy) runs in its own subprocess: it compiles, times the call
 (malloc_trim), resets the peak-RSS counter (/proc/self/clear_refs) and measures
 how far one more call raises the peak above the resident memory just before it.
 That growth is the call's working memory: the workspace arena, the gradients it
-returns (new arrays each call, 0.5 MiB per layer here), and anything unplanned.
-"activations" below is the growth minus the returned gradients. The predicted
-peak is `f.lower(...).memory.peak_bytes`. Gradients are compared bit for bit with
+returns (0.5 MiB per layer here), and anything unplanned. A second measurement
+keeps the previous call's (dropped) gradient buffers, which the next call
+recycles, as a training loop does: its growth ("activations") is the workspace
+alone, the activations and temporaries. The predictions are
+`f.lower(...).memory.peak_bytes` (workspace + outputs) and `.workspace_bytes`;
+"stored" is `.stored_bytes`, the activations kept for the backward pass. Gradients are compared bit for bit with
 the remat=None run (SHA-256 of their bytes).
 """
 import argparse
@@ -59,20 +62,27 @@ for _ in range(reps):
 digest = hashlib.sha256(b"".join(np.ascontiguousarray(g).tobytes()
                                  for part in r[1] for g in part)).hexdigest()[:16]
 del r
-f.release_buffers()
-gc.collect()
-try:
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-except OSError:
-    pass
-with open("/proc/self/clear_refs", "w") as fh:
-    fh.write("5")
-base = status("VmRSS")
-r = f(Ws, bs, x)
-growth = status("VmHWM") - base
+
+def growth_of_one_call(outputs):
+    # free the kept workspace (and the kept output buffers when `outputs`), give freed
+    # memory back to the system, reset the peak counter, and see how far one call raises it
+    f.release_buffers(workspace=True, outputs=outputs)
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    base = status("VmRSS")
+    f(Ws, bs, x)
+    return status("VmHWM") - base
+
+growth = growth_of_one_call(True)
+growth_ws = growth_of_one_call(False)
 m = low.memory
 print(json.dumps(dict(depth=depth, policy=policy, first_s=first, run_s=float(np.median(times)),
-                      growth=growth, predicted=m.peak_bytes, outputs=m.output_bytes,
+                      growth=growth, growth_ws=growth_ws, predicted=m.peak_bytes, outputs=m.output_bytes,
                       stored=m.stored_bytes, workspace=m.workspace_bytes,
                       recompute_flops=m.recompute_flops, forward_flops=m.forward_flops,
                       digest=digest)))
@@ -109,31 +119,32 @@ def main(argv=None):
     mib = 1 << 20
     print(f"# residual MLP, width {a.width}, batch {a.batch}, float64; MiB, ms; one subprocess per row")
     print(f"{'depth':>5} {'remat':>6} {'growth':>8} {'predicted':>9} {'pred/meas':>9} {'activations':>11} "
-          f"{'stored':>8} {'run ms':>8} {'time x':>6} {'1st call s':>10} {'grads':>7}")
+          f"{'predicted':>9} {'stored':>8} {'run ms':>8} {'time x':>6} {'1st call s':>10} {'grads':>7}")
     for d in a.depths:
         base = None
         for pol in (None, "sqrt"):
             r = run_one(d, a.width, a.batch, pol, a.reps)
             rows.append(r)
-            act = r["growth"] - r["outputs"]
+            act = r["growth_ws"]
             if pol is None:
                 base = r
             same = "same" if r["digest"] == base["digest"] else "DIFFER"
             print(f"{d:>5} {str(pol):>6} {r['growth'] / mib:>8.1f} {r['predicted'] / mib:>9.1f} "
-                  f"{r['predicted'] / r['growth']:>9.3f} {act / mib:>11.1f} {r['stored'] / mib:>8.1f} "
+                  f"{r['predicted'] / r['growth']:>9.3f} {act / mib:>11.1f} {r['workspace'] / mib:>9.1f} "
+                  f"{r['stored'] / mib:>8.1f} "
                   f"{r['run_s'] * 1e3:>8.1f} {r['run_s'] / base['run_s']:>6.2f} {r['first_s']:>10.1f} "
                   f"{same:>7}", flush=True)
     if len(a.depths) >= 2:
         for pol in (None, "sqrt"):
             mine = [r for r in rows if r["policy"] == pol]
             s_growth = slope([(r["depth"], r["growth"]) for r in mine])
-            s_act = slope([(r["depth"], r["growth"] - r["outputs"]) for r in mine])
+            s_act = slope([(r["depth"], r["growth_ws"]) for r in mine])
             print(f"# remat={pol!s:>4}: log-log slope against depth: growth {s_growth:.2f}, "
-                  f"activations (growth - returned gradients) {s_act:.2f}")
+                  f"activations (growth with recycled gradient buffers) {s_act:.2f}")
         big = max(a.depths)
         none = next(r for r in rows if r["depth"] == big and r["policy"] is None)
         sq = next(r for r in rows if r["depth"] == big and r["policy"] == "sqrt")
-        print(f"# depth {big}: activations {((none['growth'] - none['outputs']) / (sq['growth'] - sq['outputs'])):.1f}x "
+        print(f"# depth {big}: activations {none['growth_ws'] / sq['growth_ws']:.1f}x "
               f"smaller with sqrt (growth {none['growth'] / sq['growth']:.1f}x), time {sq['run_s'] / none['run_s']:.2f}x")
     if a.json:
         with open(a.json, "w") as f:

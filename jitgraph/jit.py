@@ -661,13 +661,15 @@ class JitFunction:
         return CacheInfo(s["traces"], s["compiles"], s["hits"], s["disk_hits"], s["kernel_reuses"],
                          len(self._entries), self.maxsize, s["evictions"])
 
-    def release_buffers(self):
-        """Free the buffers kept between calls: workspace arenas and the output buffers kept for
-        recycling (the next call allocates them again)."""
+    def release_buffers(self, workspace=True, outputs=True):
+        """Free the buffers kept between calls: the workspace arenas and/or the output buffers
+        kept for recycling (the next call allocates them again)."""
         with self._lock:
             for entry in self._entries.values():
-                entry.pool.clear()
-                entry.obufs[:] = [None] * len(entry.obufs)
+                if workspace:
+                    entry.pool.clear()
+                if outputs:
+                    entry.obufs[:] = [None] * len(entry.obufs)
 
     def clear_cache(self):
         """Drop every trace of this function (compiled kernels stay cached on disk and in memory)."""
