@@ -304,7 +304,8 @@ class MemoryReport:
     peak_bytes: what a call needs beyond its inputs: the workspace, the outputs and
         the unplanned per-call allocations (`workspace + outputs + unplanned`).
     workspace_bytes: the planned buffers (one arena, kept between calls).
-    output_bytes: the returned arrays (new each call).
+    output_bytes: the returned arrays (a call reuses the previous call's buffers only when
+        the caller has dropped them).
     unplanned_bytes: per-call allocations outside the plan (control flow, concatenate).
     live_peak_bytes: the most bytes of stored values live at once (the lower bound
         the workspace approaches).
@@ -345,7 +346,7 @@ class MemoryReport:
             ("  workspace (planned buffers, kept between calls)",
              f"{_fmt_bytes(self.workspace_bytes)} in {self.buffers} buffers for {self.values} values"
              f" ({self.in_place} in place)"),
-            ("  outputs (new each call)", _fmt_bytes(self.output_bytes)),
+            ("  outputs (returned; recycled once dropped)", _fmt_bytes(self.output_bytes)),
             ("  unplanned (control flow, concatenate)", _fmt_bytes(self.unplanned_bytes)),
             ("live peak (values alive at once)", _fmt_bytes(self.live_peak_bytes)),
         ]
