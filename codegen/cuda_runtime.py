@@ -273,6 +273,12 @@ def empty(shape, dtype):
     return cuda.device_array(tuple(shape) or (1,), dtype)
 
 
+def slot(ws, offset, nbytes, shape, dtype):
+    """The device array of `shape` and `dtype` at byte `offset` of the workspace arena `ws`
+    (a uint8 device array): a view, no allocation."""
+    return ws[int(offset):int(offset) + nbytes].view(dtype).reshape(tuple(shape) or (1,))
+
+
 def error_flag():
     return cuda.to_device(np.zeros(1, np.int32))
 

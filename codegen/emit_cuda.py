@@ -23,9 +23,14 @@ so tracebacks point at real lines) holding:
 * matrix products through `cuda_runtime.matmul`: cuBLAS via CuPy when CuPy is
   importable at run time, else a tiled shared-memory kernel. A transpose read only
   by matrix products is never stored: the product reads its input transposed.
-* `kernel(dims, *inputs, *consts)`, the host function: it launches the kernels in
-  order on the default stream and returns one array per graph output (0-d outputs
-  as shape (1,) arrays), like the CPU kernel.
+* `kernel(dims, *inputs, *consts, ws, wofs)`, the host function: it launches the
+  kernels in order on the default stream and returns one array per graph output
+  (0-d outputs as shape (1,) arrays), like the CPU kernel. Stored values are views
+  of slots of the device workspace arena `ws` (byte offsets `wofs`), planned by
+  `codegen/memory.py` like the CPU's (kept between calls by the caller; kernels on
+  the default stream run in order, so a slot is reused only after its last
+  reader); outputs, materialized broadcasts and block partial sums are allocated
+  per call.
 
 Placement rule: if no input lives on the GPU, the NumPy inputs are copied to the
 device once per call and the results come back as NumPy arrays. If any input
@@ -49,6 +54,7 @@ import numpy as np
 from jitgraph.errors import NotSupportedError
 
 from .fusion import Group, Partition, REDUCE_OPS
+from .memory import MemoryPlan
 from .source import Sizes, literal, np_dtype
 
 
@@ -85,7 +91,10 @@ def compile_graph_cuda(graph):
     part, source, em = generate_cuda(graph)
     kernel, module, path = load_kernel(source)
     consts = [n.value for n in em.const_args]
-    return Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts)
+    prog = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
+    from . import cuda_runtime
+    prog.new_workspace = lambda nbytes: cuda_runtime.empty((nbytes,), np.uint8)
+    return prog
 
 
 def generate_cuda(graph, tpb=None):
@@ -239,6 +248,12 @@ class CudaEmitter:
             if n.op == "transpose" and n.ndim >= 2 and n.id not in outs and users[n.id]
             and tuple(n.p["perm"]) == tuple(range(n.ndim - 2)) + (n.ndim - 1, n.ndim - 2)
             and all(u.op == "matmul" for u in users[n.id]) and n.id not in partition.virtual}
+        # stored values live in slots of a device workspace arena planned like the CPU's
+        # (codegen/memory.py): reshapes are views, matmul_t transposes are read in place;
+        # no in-place loops, and outputs are new device arrays
+        views = {n.id for n in graph.nodes if n.op == "reshape" and n.id in partition.materialized}
+        self.plan = MemoryPlan(graph, partition, self.sizes, views=views | self.matmul_t, in_place=False,
+                               plannable=lambda n: True, recycle_outputs=False)
 
     # ---- names ----------------------------------------------------------------------------
     def var(self, node):
@@ -282,6 +297,15 @@ class CudaEmitter:
         return f"{v}[{_index(ix) if x.ndim else '0'}]"
 
     # ---- host side ------------------------------------------------------------------------------
+    def buffer(self, node):
+        """A host expression for a new device array for node's value: its workspace slot, or a
+        new allocation for values outside the plan (outputs, materialized broadcasts)."""
+        shape, dt = self.sizes.shape(node.shape), np_dtype(node.dtype)
+        slot = self.plan.slot_of.get(node.id)
+        if slot is None:
+            return f"_rt.empty({shape}, {dt})"
+        return f"_rt.slot(ws, wofs[{slot}], {self.sizes.product(node.shape)} * {node.dtype.itemsize}, {shape}, {dt})"
+
     def host_array(self, node):
         """A host expression for node's value as a device array of its shape."""
         if node.id in self.part.virtual:
@@ -333,7 +357,7 @@ class CudaEmitter:
         src = list(head)
         for k in self.kernels:
             src += k.source()
-        args = ["dims"] + ins + consts
+        args = ["dims"] + ins + consts + (["ws", "wofs"] if self.plan.has_workspace else [])
         src += ["", "", f"def kernel({', '.join(args)}):"]
         body = []
         if ins:
@@ -378,7 +402,7 @@ class CudaEmitter:
         k.array(v)
         k.lines.append(f"    {v}[{_index(ix) if node.ndim else '0'}] = {expr}")
         self.host.append(self.comment(node))
-        self.host.append(f"{v} = _rt.empty({S.shape(node.shape)}, {np_dtype(node.dtype)})")
+        self.host.append(f"{v} = {self.buffer(node)}")
         self.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
 
     def emit_op(self, node):
@@ -399,7 +423,7 @@ class CudaEmitter:
                 flags.append(t)
             extra = "".join(f", {f}={t}" for f, t in zip(("ta", "tb"), flags) if t)
             self.host.append(self.comment(node))
-            self.host.append(f"{v} = _rt.empty({S.shape(node.shape)}, {np_dtype(node.dtype)})")
+            self.host.append(f"{v} = {self.buffer(node)}")
             self.host.append(f"_rt.matmul({operands[0]}, {operands[1]}, {v}.reshape(({nb}, {m}, {n})){extra})")
         elif op == "reshape":
             x = self.host_array(node.inputs[0])
@@ -529,7 +553,7 @@ class CudaEmitter:
                     f"            {v}[{_index(oix('ij'))}] += {self.read(k, g, gix)}",
                     "        else:", "            err[0] = 1"]
         self.host.append(self.comment(node))
-        self.host.append(f"{v} = _rt.empty({S.shape(node.shape)}, {np_dtype(node.dtype)})")
+        self.host.append(f"{v} = {self.buffer(node)}")
         self.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
 
 
@@ -628,7 +652,7 @@ class GroupKernel:
         em.host.append(f"# group {g.seq}: {self.title()}")
         for n in g.nodes:
             if self.members[n.id] != "sink" and n.id in em.stored:
-                em.host.append(f"{em.var(n)} = _rt.empty({self.S.shape(n.shape)}, {np_dtype(n.dtype)})")
+                em.host.append(f"{em.var(n)} = {em.buffer(n)}")
         if g.rank == 0:
             self.emit_scalar_group()
         elif g.k == g.rank:
@@ -664,7 +688,7 @@ class GroupKernel:
     def _combine_host(self, s, part_shape):
         em, S = self.em, self.S
         v = em.var(s)
-        em.host.append(f"{v} = _rt.empty({S.shape(s.shape)}, {np_dtype(s.dtype)})")
+        em.host.append(f"{v} = {em.buffer(s)}")
         em.host.append(f"_rt.combine({s.op!r}, {self.part(s)}.reshape({part_shape}), "
                        f"{v}.reshape({S.product(s.shape)}))  {em.comment(s)}")
 
@@ -724,7 +748,7 @@ class GroupKernel:
         lines = k.lines
         for n in g.nodes:
             if self.members[n.id] == "sink":
-                em.host.append(f"{em.var(n)} = _rt.empty((1,), {np_dtype(n.dtype)})")
+                em.host.append(f"{em.var(n)} = {em.buffer(n)}")
             self._members_line(n, "", lines)
         em.host.append(k.launch("1", "1"))
 

@@ -68,9 +68,19 @@ class MemoryPlan:
         last_use: node id -> index of the last step reading it (len(steps) for outputs).
     """
 
-    def __init__(self, graph, partition, sizes, plan=True):
+    def __init__(self, graph, partition, sizes, plan=True, views=None, in_place=True, plannable=None,
+                 recycle_outputs=True):
+        """`views`: ids of the nodes the emitter makes views of their input (default: the
+        CPU emitter's reshapes and transposed views for matmuls); `in_place`: whether a
+        flat loop may overwrite an operand; `plannable(node)`: whether the emitter takes
+        that stored value's buffer from the plan (default: the CPU emitter's choice);
+        `recycle_outputs`: whether the caller passes output buffers in (`out_index`)."""
         self.graph, self.part, self.sizes = graph, partition, sizes
         self.enabled = plan
+        self.allow_in_place = in_place
+        self._views = views
+        if plannable is not None:
+            self._plannable = plannable
         part = partition
         steps = part.steps
         self.n_steps = len(steps)
@@ -122,7 +132,7 @@ class MemoryPlan:
         self.out_index = {}
         if plan:
             self._assign()
-            for o in graph.outputs:
+            for o in (graph.outputs if recycle_outputs else ()):
                 r = self.root_of(part.resolve(o))
                 if r.op in ("input", "const") or r.id in self.out_index or r.dtype == object \
                         or r.id not in part.materialized or not self._plannable(r):
@@ -131,6 +141,8 @@ class MemoryPlan:
 
     # ---- structure ------------------------------------------------------------------------------
     def _is_view(self, n, users):
+        if self._views is not None:
+            return n.id in self._views
         if n.op == "reshape":
             return True
         if n.op == "transpose" and n.p["perm"] == (1, 0):
@@ -196,7 +208,7 @@ class MemoryPlan:
                 slot = pool.pop()
             else:
                 for k, (end, s, old) in enumerate(busy):
-                    if self.slot_cls[s] == it.cls and self._in_place_ok(it, old):
+                    if self.allow_in_place and self.slot_cls[s] == it.cls and self._in_place_ok(it, old):
                         slot = s
                         it.in_place = True
                         del busy[k]

@@ -121,8 +121,8 @@ class Lowered:
 
     @property
     def memory(self):
-        """The `MemoryReport` of this program: predicted peak, workspace, stored activations
-        and recompute cost (None for the CUDA target)."""
+        """The `MemoryReport` of this program: predicted peak, workspace (on the device for the
+        CUDA target), stored activations and recompute cost."""
         plan = getattr(self.program, "plan", None)
         if plan is None:
             return None
@@ -225,12 +225,12 @@ class _Entry:
         if prog.ws_bytes is not None:
             # the planned buffers: a workspace arena per concurrent call, kept between calls
             # (a pool: a call takes a free arena or makes one, and gives it back)
-            ns.update(pool=self.pool, wofs=prog.ws_offsets, WSB=int(prog.ws_bytes), empty=np.empty,
-                      u8=np.uint8)
+            ns.update(pool=self.pool, wofs=prog.ws_offsets, WSB=int(prog.ws_bytes),
+                      new_ws=prog.new_workspace)
             lines += ["    try:",
                       "        ws = pool.pop()",
                       "    except IndexError:",
-                      "        ws = empty(WSB, u8)"]
+                      "        ws = new_ws(WSB)"]
             args += ["ws", "wofs"]
         ns.update(obuf=self.obufs, getrefcount=sys.getrefcount, empty=np.empty)
         for k, (shape, dt) in enumerate(getattr(prog, "out_specs", ())):

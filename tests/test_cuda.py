@@ -67,7 +67,7 @@ def run_cuda(graph, args):
     """The CUDA program's outputs for `args`, called the way the front end calls kernels."""
     prog = codegen.compile_graph(graph, target="cuda")
     leaves = [np.ascontiguousarray(a).reshape(np.shape(a) or (1,)) for a in args]
-    return prog, prog.kernel(np.array(prog.sizes, np.int64), *leaves, *prog.consts)
+    return prog, prog.run(*leaves)
 
 
 def assert_matches_interpreter(graph, args, outs, dtype=np.float64, what=""):
@@ -255,7 +255,7 @@ def test_results_are_deterministic():
     graph, args = _w6_graph()
     prog, first = run_cuda(graph, args)
     for _ in range(2):
-        again = prog.kernel(np.array(prog.sizes, np.int64), *args)
+        again = prog.run(*args)
         for a, b in zip(first, again):
             assert np.array_equal(a, b)
 
@@ -265,13 +265,12 @@ def test_device_inputs_give_device_results():
     from codegen import cuda_runtime
     graph, args = _w6_graph()
     prog, host = run_cuda(graph, args)
-    dims = np.array(prog.sizes, np.int64)
     dev = [cuda.to_device(a) for a in args]
-    outs = prog.kernel(dims, *dev)
+    outs = prog.run(*dev)
     assert all(cuda_runtime.is_device_array(o) for o in outs)
     for o, h in zip(outs, host):
         np.testing.assert_array_equal(o.copy_to_host(), h)
-    mixed = prog.kernel(dims, args[0], dev[1], args[2])      # one device input: results on the device
+    mixed = prog.run(args[0], dev[1], args[2])      # one device input: results on the device
     assert all(cuda_runtime.is_device_array(o) for o in mixed)
     # inputs are read in place, never written
     np.testing.assert_array_equal(dev[0].copy_to_host(), args[0])
@@ -283,7 +282,7 @@ def test_returned_inputs_are_copies_on_the_device():
     graph = jg.trace_graph(lambda x: (x, x.reshape(3, 2), x * 2), (x,))
     prog = codegen.compile_graph(graph, target="cuda")
     d = cuda.to_device(x)
-    a, b, c = prog.kernel(np.array(prog.sizes, np.int64), d)
+    a, b, c = prog.run(d)
     a[0, 0] = 100.0
     b[0, 0] = 200.0
     np.testing.assert_array_equal(d.copy_to_host(), x)
@@ -295,8 +294,8 @@ def test_gather_index_out_of_bounds_raises():
     graph = jg.trace_graph(lambda x, i: np.sum(x[i]), (x, np.array([0, 2])), 0, False, True)
     prog = codegen.compile_graph(graph, target="cuda")
     with pytest.raises(IndexError, match="out of bounds"):
-        prog.kernel(np.array(prog.sizes, np.int64), x, np.array([0, 7]))
-    v, g = prog.kernel(np.array(prog.sizes, np.int64), x, np.array([1, -1]))
+        prog.run(x, np.array([0, 7]))
+    v, g = prog.run(x, np.array([1, -1]))
     assert v[0] == 6.0 and g.sum() == 6.0
 
 
@@ -378,6 +377,18 @@ def test_gpu_benchmark_quick_runs():
     for name in ("w1", "w2", "w3", "w4", "w6"):
         assert name in out
 
+
+
+def test_device_workspace_from_the_memory_plan():
+    f = jg.jit_grad(WORKLOADS["w2"]["loss"], argnums=WORKLOADS["w2"]["argnums"], target="cuda")
+    args2 = WORKLOADS["w2"]["args"](np.random.default_rng(1), **SMALL["w2"])
+    v1, g1 = f(*args2)
+    v2, g2 = f(*args2)                          # the kept device workspace is reused
+    assert v1 == v2 and all(np.array_equal(a, b) for a, b in zip(g1, g2))
+    entry = next(iter(f._entries.values()))
+    low = f.lower(*args2)
+    assert "_rt.slot(ws, wofs[" in low.source and low.program.ws_bytes > 0
+    assert len(entry.pool) == 1 and low.memory.workspace_bytes > 0
 
 
 def test_remat_on_the_cuda_target():
