@@ -206,8 +206,7 @@ class Emitter:
         if not self.plan.enabled:
             return f"np.empty({self.sizes.shape(shape)}, {dt})"
         cls = (self.sizes.product(shape), dtype.itemsize)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        slot = self.plan.scratch(k, nbytes, cls)
+        slot = self.plan.scratch(k, shape, dtype.itemsize, cls)
         size = f"{self.sizes.product(shape)} * {dtype.itemsize}"
         return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
 

@@ -119,13 +119,21 @@ class MemoryPlan:
         self.slot_of = {}
         self.slots = []
         self.slot_cls = []
+        # The results of control flow (cond/scan/while, read through proj) may be their
+        # operands themselves or views of them (a loop that runs zero times, a branch returning
+        # a reshape): those operands get buffers of their own, never a slot another value
+        # could take while a result still points into it
+        control_operands = set()
+        for n in graph.nodes:
+            if n.dtype == object:
+                control_operands |= {self.root_of(part.resolve(x)).id for x in n.inputs}
         for n in graph.nodes:
             if n.id not in part.materialized or n.op in ("input", "const") or n.id in self.root:
                 continue
             k = self.step_at[n.id]
             it = Item(n, k, last.get(n.id, k), (sizes.product(n.shape), n.dtype.itemsize))
             self.items.append(it)
-            if not plan or n.id in out_roots or not self._plannable(n):
+            if not plan or n.id in out_roots or n.id in control_operands or not self._plannable(n):
                 self.fresh.add(n.id)
         # output buffers: passed in by the caller, who recycles one once the array it
         # returned last time is no longer referenced (jit.py)
@@ -135,6 +143,7 @@ class MemoryPlan:
             for o in (graph.outputs if recycle_outputs else ()):
                 r = self.root_of(part.resolve(o))
                 if r.op in ("input", "const") or r.id in self.out_index or r.dtype == object \
+                        or r.id in control_operands \
                         or r.id not in part.materialized or not self._plannable(r):
                     continue
                 self.out_index[r.id] = len(self.out_index)
@@ -174,17 +183,21 @@ class MemoryPlan:
         if tuple(v.shape) != step.shape or tuple(item.node.shape) != step.shape \
                 or step.members.get(item.node.id) == "sink":
             return False
-        # each point computes the members in order and stores each right after computing it:
-        # every read of the victim must come no later than the member that overwrites it, be
-        # at the loop point (not a view), and not be a sink's (sinks update after all stores)
-        pos = {n.id: k for k, n in enumerate(step.nodes)}
-        mine = pos[item.node.id]
+        # Each point computes the members in order and stores each right after computing it.
+        # Every read of the victim must be at the loop point (not through a view, not by a
+        # sink, which updates after all stores) and must feed the overwriting member: the
+        # store then depends on each load, so no compiler may move a load after it (Numba
+        # may tell LLVM that the two arrays do not alias).
+        feeds = {item.node.id}
+        for n in reversed(step.nodes):
+            if n.id in feeds:
+                feeds |= {x.id for x in n.inputs if x.id in step.members}
         for n in step.nodes:
             for x in n.inputs:
                 src = self.part.resolve(x)
                 if self.root_of(src) is not v:
                     continue
-                if src is not v or step.members[n.id] == "sink" or pos[n.id] > mine:
+                if src is not v or step.members[n.id] == "sink" or n.id not in feeds:
                     return False
         return True
 
@@ -222,15 +235,16 @@ class MemoryPlan:
             self.slot_of[it.node.id] = slot
             busy.append((it.end, slot, it))
 
-    def scratch(self, k, nbytes, cls):
+    def scratch(self, k, shape, itemsize, cls):
         """Slot index of the k-th scratch buffer of a step (live during that step only, so
-        every step shares the same few): `nbytes` at the planned sizes, size class `cls`."""
+        every step shares the same few): an array of `shape` (concrete sizes) and
+        `itemsize`, of size class `cls`."""
         key = (k, cls)
         j = self._scratch_index.get(key)
         if j is None:
             j = self._scratch_index[key] = len(self.scratch_slots)
-            self.scratch_slots.append([cls, 0])
-        self.scratch_slots[j][1] = max(self.scratch_slots[j][1], nbytes)
+            self.scratch_slots.append((cls, []))
+        self.scratch_slots[j][1].append((tuple(shape), itemsize))
         return len(self.slots) + j
 
     @property
@@ -243,8 +257,10 @@ class MemoryPlan:
         values of n0, n1, ... (default: the sizes the plan was made for)."""
         offsets, total = [], 0
         scale = self._size_map(size_values)
-        needs = [max(self._bytes(it.node, scale) for it in items) for items in self.slots]
-        needs += [b for _, b in self.scratch_slots]   # scratch is sized for the planned sizes
+        needs = [max(self._bytes(it.node.shape, it.node.dtype.itemsize, scale) for it in items)
+                 for items in self.slots]
+        needs += [max(self._bytes(shape, size, scale) for shape, size in uses)
+                  for _, uses in self.scratch_slots]
         for need in needs:
             offsets.append(total)
             total += -(-need // ALIGN) * ALIGN
@@ -256,13 +272,11 @@ class MemoryPlan:
         return dict(zip(self.sizes.values, size_values))
 
     @staticmethod
-    def _bytes(node, scale):
-        if scale is None:
-            return nbytes(node)
+    def _bytes(shape, itemsize, scale):
         n = 1
-        for d in node.shape:
-            n *= scale.get(d, d)
-        return max(n, 1) * node.dtype.itemsize
+        for d in shape:
+            n *= d if scale is None else scale.get(d, d)
+        return max(n, 1) * itemsize
 
     # ---- the report -----------------------------------------------------------------------------
     def report(self, remat=None):

@@ -312,3 +312,37 @@ def test_no_per_call_allocation_in_a_parallel_program():
     rv, rg = jg.value_and_grad(loss, argnums=(0, 1, 2))(*args)
     for a, b in zip(g, rg):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_control_flow_results_never_share_planned_buffers():
+    # a loop that runs zero times returns its initial carry, a loop body or a branch may
+    # return (views of) its operands: those operands must not be overwritten by later steps
+    M = np.arange(16.0).reshape(4, 4) / 10
+    x = np.linspace(-1, 1, 16).reshape(4, 4)
+
+    def zero_trips(x):
+        a = x * 2.0
+        y = jg.fori_loop(0, 0, lambda i, y: y * 1.5, a)
+        return np.sum(y * ((x * 5.0) @ M))
+
+    def swap(x):
+        a, b = x * 2.0, (x * 3.0).reshape(16)
+        a2, b2 = jg.fori_loop(0, 2, lambda i, c: (c[1].reshape(4, 4), c[0].reshape(16)), (a, b))
+        return np.sum(a2 * ((x * 5.0) @ M)) + np.sum(b2 * ((x * 7.0) @ M).reshape(16))
+
+    def branch(x):
+        a = x * 2.0
+        y = jg.cond(np.sum(x) > -100.0, lambda a: a.reshape(16), lambda a: (a * 3.0).reshape(16), a)
+        return y * ((x * 5.0) @ M).reshape(16), y
+
+    for fun, args in ((zero_trips, (x,)), (swap, (x,))):
+        v, g = jg.jit_grad(fun)(*args)
+        rv, rg = jg.value_and_grad(fun)(*args)
+        assert v == pytest.approx(rv, rel=1e-12)
+        np.testing.assert_allclose(g, rg, rtol=1e-12, atol=1e-12)
+    f = jg.jit(branch)
+    out, y = f(x)
+    np.testing.assert_allclose(out, (2 * x).reshape(16) * ((x * 5.0) @ M).reshape(16), rtol=1e-12)
+    keep = y.copy()
+    f(x * 3)
+    np.testing.assert_array_equal(y, keep)       # a returned result is never written again
