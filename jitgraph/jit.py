@@ -189,6 +189,17 @@ def _free_refcount():
 _FREE_REFS = _free_refcount()
 
 
+def _parallel_lock():
+    """A process-wide lock for calls of multi-threaded kernels, unless Numba's threading layer
+    is thread-safe. jitgraph selects the workqueue layer (see __init__), which aborts the
+    process when two Python threads launch parallel loops at once; TBB and OpenMP allow it."""
+    layer = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
+    return None if layer in ("tbb", "omp") else threading.Lock()
+
+
+_PARALLEL_LOCK = _parallel_lock()
+
+
 class _Entry:
     """One compiled signature: a small generated Python function that checks the
     trace's global/closure guards, converts the arguments, calls the kernel and
@@ -261,11 +272,17 @@ class _Entry:
                 lines.append(f"    o{k} = empty(OS{k}, OD{k})")
             args.append(f"o{k}")
         call = f"kernel({', '.join(args)})"
+        if target == "cpu" and "prange(" in prog.source and _PARALLEL_LOCK is not None:
+            # one parallel launch at a time (see _PARALLEL_LOCK)
+            ns["plock"] = _PARALLEL_LOCK
+            call_lines = ["with plock:", f"    r = {call}"]
+        else:
+            call_lines = [f"r = {call}"]
         if prog.ws_bytes is not None:
-            lines += ["    try:", f"        r = {call}", "    finally:"]
+            lines += ["    try:"] + ["        " + ln for ln in call_lines] + ["    finally:"]
             lines += ["        pool.append(ws)"] if reuse else ["        pass"]
         else:
-            lines.append(f"    r = {call}")
+            lines += ["    " + ln for ln in call_lines]
         outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
         order = graph.meta.get("out_order")
         if order is not None:

@@ -267,6 +267,30 @@ def test_concurrent_calls_use_separate_workspaces():
     assert all(not e.pool for e in g._entries.values())
 
 
+def test_concurrent_calls_of_parallel_kernels():
+    # Numba's workqueue threading layer aborts the process when two threads launch parallel
+    # loops at once: calls of multi-threaded kernels take a process-wide lock
+    f = jg.jit_grad(lambda x: np.sum(np.tanh(x) ** 2))
+    x = np.random.default_rng(0).random(200_000)
+    assert "prange(" in f.lower(x).source
+    expect = f(x)[1]
+    errors = []
+
+    def work():
+        try:
+            for _ in range(10):
+                np.testing.assert_array_equal(f(x)[1], expect)
+        except Exception as e:      # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_deep_program_runs_from_a_python_entry_with_shared_loops():
     args = resmlp_args(14, width=4, batch=6)
     f = jg.jit_grad(resmlp, argnums=(0, 1))
