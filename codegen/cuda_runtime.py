@@ -42,6 +42,45 @@ if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
     # small graphs launch small grids on purpose; the warning would fire on every call
     numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
+
+def _thread_safe_simulator_shared_arrays():
+    """The simulator finds a block's shared array by the source line allocating it, with a
+    lookup-then-insert that is not atomic: two threads of a block reaching the line at the
+    same time can each make their own array, and the block's reduction then sums partial
+    values from different arrays (seen as rare wrong sums in the test suite). Every
+    generated kernel allocates its shared arrays in every thread, so serialize the lookup."""
+    import sys
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "_jitgraph_locked", False):
+        return
+    unlocked = shared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:      # dynamic shared memory; or unsupported
+            return unlocked(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                if isinstance(dtype, numba.types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    array._jitgraph_locked = True
+    shared.array = array
+
+
+if SIM:
+    _thread_safe_simulator_shared_arrays()
+
 # ---- scalar math used inside kernels ----------------------------------------------------------
 if SIM:
     # the simulator runs kernels as Python: NumPy's functions give inf/nan where the math module

@@ -23,6 +23,7 @@ from jitgraph.interpreter import evaluate
 from test_ops import TABLE, diff_argnums, make_args
 
 pytest.importorskip("numba_cuda")
+from numba import cuda  # noqa: E402  (module level: the simulator swaps this name in kernels)
 pytestmark = [
     pytest.mark.xdist_group("cuda"),
     # the simulator computes with NumPy scalars, which warn where the GPU silently gives inf/nan
@@ -408,3 +409,44 @@ def test_remat_on_the_cuda_target():
     for a, b, c in zip(g0, g1, rg):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(b, c, rtol=1e-10, atol=1e-12)
+
+
+def _shared_sum_kernel():
+    def red(x, out):
+        t = cuda.threadIdx.x
+        cuda.syncthreads()
+        sh = cuda.shared.array(8, np.float64)
+        sh[t] = x[t]
+        cuda.syncthreads()
+        s = 4
+        while s > 0:
+            if t < s:
+                sh[t] += sh[t + s]
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            out[0] = sh[0]
+
+    return cuda.jit(red)
+
+
+def test_simulator_shared_arrays_are_one_per_block():
+    # the simulator's shared-array lookup is not atomic; cuda_runtime serializes it (threads
+    # released together by a barrier then allocate at once: unpatched, about 1 launch in 150
+    # reduced over two different arrays)
+    from numba.cuda.simulator import kernelapi
+    from codegen import cuda_runtime
+    if not cuda_runtime.SIM:
+        pytest.skip("simulator only")
+    assert getattr(kernelapi.FakeCUDAShared.array, "_jitgraph_locked", False)
+    red = _shared_sum_kernel()
+    x = np.arange(8.0)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(60):
+            out = np.zeros(1)
+            red[1, 8](x, out)
+            assert out[0] == 28.0
+    finally:
+        sys.setswitchinterval(old)
