@@ -617,17 +617,7 @@ class GroupEmitter:
         em = self.em
         # index of x at this point: x's dims are right-aligned with the target's
         off = len(target_shape) - x.ndim
-        ix = ["0" if x.shape[d] == 1 else f"i{off + d}" for d in range(x.ndim)]
-        # follow virtual broadcasts and unit reshapes down to the stored array
-        while x.id in em.part.virtual:
-            y = x.inputs[0]
-            if x.op == "broadcast":
-                lead = x.ndim - y.ndim
-                ix = ["0" if y.shape[d] == 1 else ix[lead + d] for d in range(y.ndim)]
-            else:
-                kept = [i for i, d in zip(ix, x.shape) if d != 1]
-                ix = ["0" if d == 1 else kept.pop(0) for d in y.shape]
-            x = y
+        x, ix = em.part.resolve_index(x, [f"i{off + d}" for d in range(x.ndim)])
         if em.is_scalar_const(x):
             return em.const_ref(x)
         self.reads[x.id] = x

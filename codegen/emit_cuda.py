@@ -277,16 +277,7 @@ class CudaEmitter:
         """Expression for value x at index ix (one expression per dim of x), following virtual
         broadcasts and unit reshapes down to the stored array; `flat` is the linear index when
         the kernel reads full-size arrays through 1-D views."""
-        ix = ["0" if x.shape[d] == 1 else ix[d] for d in range(x.ndim)]
-        while x.id in self.part.virtual:
-            y = x.inputs[0]
-            if x.op == "broadcast":
-                lead = x.ndim - y.ndim
-                ix = ["0" if y.shape[d] == 1 else ix[lead + d] for d in range(y.ndim)]
-            else:
-                kept = [i for i, d in zip(ix, x.shape) if d != 1]
-                ix = ["0" if d == 1 else kept.pop(0) for d in y.shape]
-            x = y
+        x, ix = self.part.resolve_index(x, ix)
         if self.is_scalar_const(x):
             return literal(x.value, x.dtype)
         v = self.var(x)

@@ -129,6 +129,22 @@ class Partition:
             node = node.inputs[0]
         return node
 
+    def resolve_index(self, node, ix):
+        """(stored value, its index) for reading `node` at index `ix` (one expression per dim of
+        node): follows virtual broadcasts (their new and size-1 dims read index "0") and unit
+        reshapes (which drop or insert size-1 dims) down to the stored array."""
+        ix = ["0" if node.shape[d] == 1 else ix[d] for d in range(node.ndim)]
+        while node.id in self.virtual:
+            src = node.inputs[0]
+            if node.op == "broadcast":
+                lead = node.ndim - src.ndim
+                ix = ["0" if src.shape[d] == 1 else ix[lead + d] for d in range(src.ndim)]
+            else:
+                kept = [i for i, d in zip(ix, node.shape) if d != 1]
+                ix = ["0" if d == 1 else kept.pop(0) for d in src.shape]
+            node = src
+        return node, ix
+
 
 
     # ---- placement -----------------------------------------------------------------------
