@@ -25,6 +25,8 @@ Not planned, and allocated per call:
 Scratch buffers live for one step only (the per-chunk partial sums of a parallel
 reduction: MAX_CHUNKS rows each) and share a few slots across all steps.
 """
+from dataclasses import dataclass, field
+
 import numpy as np
 
 ALIGN = 64
@@ -324,6 +326,7 @@ def _fmt_bytes(b):
     return f"{b} B"
 
 
+@dataclass(repr=False)
 class MemoryReport:
     """Predicted memory of one compiled call (bytes), and what rematerialization costs.
 
@@ -337,26 +340,33 @@ class MemoryReport:
         the workspace approaches).
     stored_bytes: values kept across the forward/backward boundary (the activations
         the backward pass reads), 0 for forward-only graphs.
-    recompute_flops: operations re-run by rematerialization (0 without remat).
+    values, buffers, in_place: stored values, workspace slots, values written in place.
+    forward_flops, total_flops: operation counts of the forward and of the whole program.
+    remat: the policy and what it recomputed (segments, recomputed_nodes, recompute_flops).
+    grad: whether the program is a value-and-gradient one.
     """
 
-    def __init__(self, peak_bytes, workspace_bytes, output_bytes, unplanned_bytes, live_peak_bytes,
-                 stored_bytes, values, buffers, in_place, forward_flops, total_flops, remat=None,
-                 grad=True):
-        self.grad = grad
-        self.peak_bytes = peak_bytes
-        self.workspace_bytes = workspace_bytes
-        self.output_bytes = output_bytes
-        self.unplanned_bytes = unplanned_bytes
-        self.live_peak_bytes = live_peak_bytes
-        self.stored_bytes = stored_bytes
-        self.values = values
-        self.buffers = buffers
-        self.in_place = in_place
-        self.forward_flops = forward_flops
-        self.total_flops = total_flops
-        self.remat = dict(remat or {})
-        self.recompute_flops = self.remat.get("recompute_flops", 0)
+    peak_bytes: int
+    workspace_bytes: int
+    output_bytes: int
+    unplanned_bytes: int
+    live_peak_bytes: int
+    stored_bytes: int
+    values: int
+    buffers: int
+    in_place: int
+    forward_flops: int
+    total_flops: int
+    remat: dict = field(default_factory=dict)
+    grad: bool = True
+
+    def __post_init__(self):
+        self.remat = dict(self.remat or {})
+
+    @property
+    def recompute_flops(self):
+        """Operations re-run by rematerialization (0 without remat)."""
+        return self.remat.get("recompute_flops", 0)
 
     def as_dict(self):
         keys = ("peak_bytes", "workspace_bytes", "output_bytes", "unplanned_bytes", "live_peak_bytes",
