@@ -7,13 +7,13 @@ import stat
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
 
 import numpy as np
 import pytest
 
 import jitgraph as jg
+from threads import run_in_threads
 from codegen import build
 from jitgraph.jit import RetraceWarning
 
@@ -121,22 +121,7 @@ def test_eight_threads_on_a_cold_function_trace_and_compile_once():
     c = 1.0 + uuid.uuid4().int % 1000 / 1e4     # a constant no other test compiled
     f = jg.jit_grad(lambda x: np.sum(np.sin(x) * c))
     x = np.linspace(0, 1, 50)
-    barrier = threading.Barrier(8)
-    results, errors = [None] * 8, []
-
-    def work(i):
-        try:
-            barrier.wait()
-            results[i] = f(x)
-        except Exception as e:        # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    results = run_in_threads(lambda k: f(x), 8)
     info = f.cache_info()
     # one native build: compiled, or loaded from a disk cache that outlived an earlier run
     assert info.traces == 1 and info.compiles + info.disk_hits == 1 and info.hits == 7

@@ -1,6 +1,4 @@
 """Memory planning (codegen/memory.py) and rematerialization (jitgraph/remat.py)."""
-import threading
-
 import numpy as np
 import pytest
 
@@ -10,6 +8,7 @@ from codegen.memory import MemoryPlan
 from codegen.source import Sizes
 from jitgraph.api import trace_graph
 from jitgraph.remat import _Forward, rematerialize, segments_for
+from threads import run_in_threads
 
 pytestmark = pytest.mark.xdist_group("memory")
 
@@ -242,23 +241,11 @@ def test_concurrent_calls_use_separate_workspaces():
     expect = [_flat(f(*a)[1]) for a in inputs]
     entry = f._entries[next(iter(f._entries))]
     assert len(entry.pool) == 1
-    errors = []
-    barrier = threading.Barrier(6)
-
     def work(k):
-        try:
-            barrier.wait()
-            for _ in range(20):
-                np.testing.assert_array_equal(_flat(f(*inputs[k])[1]), expect[k])
-        except Exception as e:      # pragma: no cover - reported below
-            errors.append(e)
+        for _ in range(20):
+            np.testing.assert_array_equal(_flat(f(*inputs[k])[1]), expect[k])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(work, 6)
     assert 1 <= len(entry.pool) <= 6          # at most one workspace per concurrent caller
     f.release_buffers()
     assert entry.pool == []
@@ -274,21 +261,12 @@ def test_concurrent_calls_of_parallel_kernels():
     x = np.random.default_rng(0).random(200_000)
     assert "prange(" in f.lower(x).source
     expect = f(x)[1]
-    errors = []
 
-    def work():
-        try:
-            for _ in range(10):
-                np.testing.assert_array_equal(f(x)[1], expect)
-        except Exception as e:      # pragma: no cover - reported below
-            errors.append(e)
+    def work(k):
+        for _ in range(10):
+            np.testing.assert_array_equal(f(x)[1], expect)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(work, 4)
 
 
 def test_deep_program_runs_from_a_python_entry_with_shared_loops():
