@@ -101,6 +101,7 @@ class _Forward:
                     if x.id in self.pos and x.op not in ("input", "const"):
                         self.residuals.add(x.id)
 
+    @functools.cached_property
     def cuts(self):
         """(rows, total): for each position p strictly inside the forward pass (a cut before
         forward node p with residuals on both sides), (p, bytes crossing the cut, residual
@@ -128,7 +129,7 @@ class _Forward:
     def chain_length(self):
         """About how many cut points of typical size the residuals span: total residual
         bytes over the median bytes crossing a cut (the n of "O(sqrt n)")."""
-        rows, total = self.cuts()
+        rows, total = self.cuts
         sizes = sorted(c for _, c, _ in rows if c > 0)
         if not sizes:
             return 0
@@ -138,7 +139,7 @@ class _Forward:
 def segments_for(fwd, k):
     """Cut positions splitting the residual bytes into about k equal segments, each cut
     where the fewest bytes cross within half a segment of its target."""
-    rows, total = fwd.cuts()
+    rows, total = fwd.cuts
     if k <= 1 or not rows:
         return []
     cuts = []
@@ -153,7 +154,7 @@ def segments_for(fwd, k):
     return cuts
 
 
-def rematerialize(graph, cuts=(), recompute_segments=None):
+def rematerialize(graph, cuts=(), recompute_segments=None, fwd=None):
     """A copy of joint `graph` whose backward pass recomputes residuals.
 
     Args:
@@ -162,11 +163,14 @@ def rematerialize(graph, cuts=(), recompute_segments=None):
         recompute_segments: which automatic segments to recompute (default: all but the
             last). Regions marked with `checkpoint` are always recomputed.
 
-    Returns the graph unchanged when nothing is recomputed.
+    `fwd` is graph's `_Forward`, when the caller has it. Returns the graph unchanged when
+    nothing is recomputed.
     """
-    fwd = _Forward(graph)
     regions = graph.meta.get("checkpoint_regions") or {}
     cuts = list(cuts)
+    if not cuts and not regions:
+        return graph
+    fwd = fwd or _Forward(graph)
     n_auto = len(cuts) + 1
     if recompute_segments is None:
         recompute_segments = set(range(n_auto - 1)) if cuts else set()
@@ -249,7 +253,7 @@ def apply_policy(graph, policy, report_of):
         if policy != "sqrt":
             raise ValueError(f"remat must be None, 'sqrt' or a byte budget (int), got {policy!r}")
         k = max(2, round(math.sqrt(n)))
-        out = rematerialize(graph, segments_for(fwd, k))
+        out = rematerialize(graph, segments_for(fwd, k), fwd=fwd)
         out.meta["remat"] = dict(out.meta.get("remat") or {}, policy="sqrt")
         return out
     if isinstance(policy, bool) or not isinstance(policy, int) or policy <= 0:
@@ -261,18 +265,18 @@ def _fit_budget(graph, fwd, n, budget, report_of):
     """The least recomputation whose predicted peak fits `budget` bytes."""
     tried = []
 
-    def attempt(g, label):
-        rep = report_of(g)
-        tried.append((rep.peak_bytes, label))
-        if rep.peak_bytes <= budget:
-            g.meta["remat"] = dict(g.meta.get("remat") or {}, policy=budget)
-            return g
-        return None
+    def fits(g, label):
+        peak = report_of(g).peak_bytes
+        tried.append((peak, label))
+        return peak <= budget
 
-    base = rematerialize(graph)
-    hit = attempt(base, "no recomputation")
-    if hit is not None:
-        return hit
+    def chosen(g):
+        g.meta["remat"] = dict(g.meta.get("remat") or {}, policy=budget)
+        return g
+
+    base = rematerialize(graph, fwd=fwd)
+    if fits(base, "no recomputation"):
+        return chosen(base)
     if n < 1:
         raise MemoryBudgetError(_budget_message(budget, tried))
     # about sqrt(n) segments, recomputing the earliest m of them (their activations are
@@ -282,23 +286,20 @@ def _fit_budget(graph, fwd, n, budget, report_of):
     lo, hi, found = 1, len(cuts), None
     while lo <= hi:
         m = (lo + hi) // 2
-        g = rematerialize(graph, cuts, set(range(m)))
-        rep = report_of(g)
-        tried.append((rep.peak_bytes, f"{m} of {len(cuts) + 1} segments recomputed"))
-        if rep.peak_bytes <= budget:
-            found, hi = (g, m), m - 1
+        g = rematerialize(graph, cuts, set(range(m)), fwd=fwd)
+        if fits(g, f"{m} of {len(cuts) + 1} segments recomputed"):
+            found, hi = g, m - 1
         else:
             lo = m + 1
     if found is not None:
-        found[0].meta["remat"] = dict(found[0].meta.get("remat") or {}, policy=budget)
-        return found[0]
+        return chosen(found)
     # finer segments: more checkpoints, smaller segments
     k2, most = k, max(k, int(n))
     while k2 < most:
         k2 = min(most, k2 * 2)
-        hit = attempt(rematerialize(graph, segments_for(fwd, k2)), f"{k2} segments")
-        if hit is not None:
-            return hit
+        g = rematerialize(graph, segments_for(fwd, k2), fwd=fwd)
+        if fits(g, f"{k2} segments"):
+            return chosen(g)
     raise MemoryBudgetError(_budget_message(budget, tried))
 
 
