@@ -37,7 +37,7 @@ import numpy as np
 
 from .fusion import Group, REDUCE_OPS
 from .memory import MemoryPlan
-from .source import Sizes, literal, np_dtype
+from .source import OPERATOR_TEMPLATES, Sizes, literal, np_dtype
 
 # reductions: identity, update statement, and how chunk partials combine
 def reduce_init(op, dtype):
@@ -63,18 +63,10 @@ REDUCE_COMBINE = {"reduce_sum": "{a} + {b}", "reduce_prod": "{a} * {b}",
 
 # elementwise ops: one scalar expression each (op-to-template table)
 TEMPLATES = {
-    "neg": "-{0}", "abs": "abs({0})", "sqrt": "np.sqrt({0})",
-    "exp": "_exp({0})", "expm1": "_expm1({0})", "tanh": "_tanh({0})",
-    "log": "np.log({0})", "log1p": "np.log1p({0})",
+    **OPERATOR_TEMPLATES,
+    "sqrt": "np.sqrt({0})", "log": "np.log({0})", "log1p": "np.log1p({0})",
     "sin": "np.sin({0})", "cos": "np.cos({0})", "tan": "np.tan({0})",
     "sinh": "np.sinh({0})", "cosh": "np.cosh({0})", "arctan": "np.arctan({0})",
-    "stop_gradient": "{0}",
-    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "pow": "{0} ** {1}", "max": "_max({0}, {1})", "min": "_min({0}, {1})",
-    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
-    "eq": "{0} == {1}", "ne": "{0} != {1}",
-    "and": "{0} & {1}", "or": "{0} | {1}", "not": "not {0}",
-    "where": "{1} if {0} else {2}",
 }
 # ops whose template returns float64 whatever the input: cast back for float32 graphs
 F64_RESULT = {"exp", "expm1", "tanh"}

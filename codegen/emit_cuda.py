@@ -55,7 +55,7 @@ from jitgraph.errors import NotSupportedError
 
 from .fusion import Group, Partition, REDUCE_OPS
 from .memory import MemoryPlan
-from .source import Sizes, literal, np_dtype
+from .source import OPERATOR_TEMPLATES, Sizes, literal, np_dtype
 
 
 class CudaUnavailableError(NotSupportedError):
@@ -110,18 +110,10 @@ def generate_cuda(graph, tpb=None):
 
 # ---- scalar expressions -------------------------------------------------------------------------
 TEMPLATES = {
-    "neg": "-{0}", "abs": "abs({0})", "sqrt": "_sqrt({0})",
-    "exp": "_exp({0})", "expm1": "_expm1({0})", "tanh": "_tanh({0})",
-    "log": "_log({0})", "log1p": "_log1p({0})",
+    **OPERATOR_TEMPLATES,
+    "sqrt": "_sqrt({0})", "log": "_log({0})", "log1p": "_log1p({0})",
     "sin": "_sin({0})", "cos": "_cos({0})", "tan": "_tan({0})",
     "sinh": "_sinh({0})", "cosh": "_cosh({0})", "arctan": "_atan({0})",
-    "stop_gradient": "{0}",
-    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "pow": "{0} ** {1}", "max": "_max({0}, {1})", "min": "_min({0}, {1})",
-    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
-    "eq": "{0} == {1}", "ne": "{0} != {1}",
-    "and": "{0} & {1}", "or": "{0} | {1}", "not": "not {0}",
-    "where": "{1} if {0} else {2}",
 }
 
 REDUCE_UPDATE = {"reduce_sum": "{a} + {v}", "reduce_prod": "{a} * {v}",

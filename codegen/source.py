@@ -50,3 +50,17 @@ class Sizes:
     def product(self, shape):
         parts = [self(d) for d in shape if d != 1]
         return " * ".join(parts) if parts else "1"
+
+
+# elementwise ops written the same way by every target (operators, comparisons, selects);
+# each emitter adds its math functions (`np.sqrt` on the CPU, `math.sqrt` on the GPU, ...)
+OPERATOR_TEMPLATES = {
+    "neg": "-{0}", "abs": "abs({0})", "stop_gradient": "{0}",
+    "exp": "_exp({0})", "expm1": "_expm1({0})", "tanh": "_tanh({0})",
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "pow": "{0} ** {1}", "max": "_max({0}, {1})", "min": "_min({0}, {1})",
+    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
+    "eq": "{0} == {1}", "ne": "{0} != {1}",
+    "and": "{0} & {1}", "or": "{0} | {1}", "not": "not {0}",
+    "where": "{1} if {0} else {2}",
+}
