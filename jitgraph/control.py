@@ -77,6 +77,23 @@ def _traced(values):
     return any(isinstance(v, Tracer) for v in values)
 
 
+def _trace_bodies(operands, bodies):
+    """Trace each (function, avals, name) of `bodies` with `trace_subgraph`; returns the list
+    of (graph, out_tree, captured), or None when the construct should simply run as Python:
+    nothing is traced, neither an operand nor a value a body captures (a TracingError is then
+    data-dependent Python control flow on concrete values, which Python runs fine)."""
+    traced_ops = _traced(operands)
+    try:
+        out = [trace_subgraph(f, avals, name) for f, avals, name in bodies]
+    except TracingError:
+        if traced_ops:
+            raise
+        return None
+    if not traced_ops and not _traced([c for _, _, caps in out for c in caps]):
+        return None
+    return out
+
+
 def _bind_control(op, inputs, params, out_avals):
     """Append control node `op` to the innermost trace; returns its outputs as tracers."""
     params = dict(params, out_avals=tuple((tuple(s), np.dtype(d)) for s, d in out_avals))
@@ -127,16 +144,11 @@ def cond(pred, true_fun, false_fun, *operands):
                                "value_and_grad; call value_and_grad outside jit, or use jit_grad")
         return true_fun(*operands) if bool(np.asarray(p)) else false_fun(*operands)
 
-    traced_ops = _traced([pred] + leaves)
-    try:
-        gt, tt, ct = trace_subgraph(branch(true_fun), avals, _fname(true_fun))
-        gf, tf, cf = trace_subgraph(branch(false_fun), avals, _fname(false_fun))
-    except TracingError:
-        if traced_ops:
-            raise
+    traced = _trace_bodies([pred] + leaves, [(branch(true_fun), avals, _fname(true_fun)),
+                                             (branch(false_fun), avals, _fname(false_fun))])
+    if traced is None:
         return run_python()
-    if not traced_ops and not _traced(ct + cf):     # nothing traced, not even a captured value
-        return run_python()
+    (gt, tt, ct), (gf, tf, cf) = traced
     _check_same("cond", f"true_fun {_fname(true_fun)}", _out_avals(gt),
                 f"false_fun {_fname(false_fun)}", _out_avals(gf), tt, tf)
     pred_shape = tuple(np.shape(pred)) if not isinstance(pred, Tensor) else tuple(pred.shape)
@@ -266,15 +278,11 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         stacked = [jnp.stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
         return carry, tree_unflatten(trees[0][1], stacked)
 
-    traced_ops = _traced(init_leaves + x_leaves)
-    try:
-        g, out_tree, caps = trace_subgraph(body, [i_aval] + c_avals + x_avals, _fname(user_fun))
-    except TracingError:
-        if traced_ops:
-            raise
+    traced = _trace_bodies(init_leaves + x_leaves,
+                           [(body, [i_aval] + c_avals + x_avals, _fname(user_fun))])
+    if traced is None:
         return run_python()
-    if not traced_ops and not _traced(caps):
-        return run_python()
+    (g, out_tree, caps), = traced
     carry_tree_out = out_tree.children[0]
     if carry_tree_out != c_tree:
         raise ShapeError(f"{kind}: the body {_fname(user_fun)} takes a carry of structure {c_tree} "
@@ -340,16 +348,11 @@ def _while(cond_fun, body_fun, init_val, kind):
                 return val
             val = body_fun(val)
 
-    traced_ops = _traced(leaves)
-    try:
-        gc, tc, cc = trace_subgraph(wrap(cond_fun), avals, _fname(cond_fun))
-        gb, tb, cb = trace_subgraph(wrap(body_fun), avals, _fname(body_fun))
-    except TracingError:
-        if traced_ops:
-            raise
+    traced = _trace_bodies(leaves, [(wrap(cond_fun), avals, _fname(cond_fun)),
+                                    (wrap(body_fun), avals, _fname(body_fun))])
+    if traced is None:
         return run_python()
-    if not traced_ops and not _traced(cc + cb):
-        return run_python()
+    (gc, tc, cc), (gb, tb, cb) = traced
     if tb != tree:
         raise ShapeError(f"{kind}: the body takes structure {tree} but returns {tb}")
     outs = _out_avals(gb)
