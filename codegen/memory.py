@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .fusion import Group
+
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
 PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "gather", "scatter_add")
@@ -110,7 +112,7 @@ class MemoryPlan:
             for x in n.inputs:
                 r = self.root_of(part.resolve(x))
                 last[r.id] = max(last.get(r.id, -1), k)
-        out_roots = {self.root_of(part.resolve(o)).id for o in graph.outputs}
+        out_roots = self.out_roots = {self.root_of(part.resolve(o)).id for o in graph.outputs}
         for r in out_roots:
             last[r] = end
         self.last_use = last
@@ -166,7 +168,6 @@ class MemoryPlan:
         return self.root.get(n.id, n)
 
     def _plannable(self, n):
-        from .fusion import Group
         step = self.part.step_of[n.id]
         if isinstance(step, Group):
             return True
@@ -176,7 +177,6 @@ class MemoryPlan:
     def _in_place_ok(self, item, victim):
         """Can `item` (written by a flat loop at step item.start) overwrite `victim`, read there
         for the last time?"""
-        from .fusion import Group
         step = self.part.steps[item.start]
         if not isinstance(step, Group) or step.rank == 0 or step.k != step.rank \
                 or victim.end != item.start:
@@ -305,7 +305,7 @@ class MemoryPlan:
             boundary = self.step_at.get(self.root_of(v).id)
         if boundary is not None:
             stored = sum(nbytes(it.node) for it in self.items
-                         if it.start <= boundary < it.end and it.node.id not in self._outputs_ids())
+                         if it.start <= boundary < it.end and it.node.id not in self.out_roots)
         return MemoryReport(
             peak_bytes=ws + fresh_out + unplanned, workspace_bytes=ws, output_bytes=fresh_out,
             unplanned_bytes=unplanned, live_peak_bytes=live_peak, stored_bytes=stored,
@@ -314,9 +314,6 @@ class MemoryPlan:
             forward_flops=sum(flops(n) for n in self.graph.nodes if n.id not in self.graph.adjoint_ids),
             total_flops=sum(flops(n) for n in self.graph.nodes), remat=remat,
             grad=bool(self.graph.meta.get("grad")))
-
-    def _outputs_ids(self):
-        return {self.root_of(self.part.resolve(o)).id for o in self.graph.outputs}
 
 
 def _fmt_bytes(b):
