@@ -158,7 +158,7 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="skip CuPy, PyTorch and JAX")
     opt = ap.parse_args()
     from numba import cuda
-    from codegen.emit_cuda import require_cuda
+    from jitgraph.codegen.emit_cuda import require_cuda
     require_cuda()
     sizes = QUICK if opt.quick else FULL
     reps = opt.reps or (1 if opt.quick else 5)

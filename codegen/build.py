@@ -17,8 +17,11 @@ import threading
 import warnings
 
 import llvmlite
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+
+from jitgraph._version import __version__
 
 _TEMP_DIR = None
 _LOAD_LOCK = threading.RLock()
@@ -76,13 +79,11 @@ _CPU = None
 def _cpu():
     global _CPU
     if _CPU is None:
-        import llvmlite.binding as llvm
         _CPU = llvm.get_host_cpu_name()
     return _CPU
 
 
 def source_hash(source):
-    from jitgraph import __version__
     h = hashlib.sha256()
     for part in (source, numba.__version__, llvmlite.__version__, np.__version__, __version__,
                  platform.machine(), _cpu(), sys.version.split()[0]):

@@ -31,45 +31,14 @@ new batch size reuses the same source, and therefore the same compiled code,
 whenever the graph's structure is unchanged. Zero-dimensional values are stored
 as 1-element arrays.
 """
-import re
-
 import numpy as np
 
-from .fusion import Group, REDUCE_OPS
+from jitgraph.ops.scalar import DTYPES, FUNCTIONS
+
+from .fusion import Group, Partition
+from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
-from .source import OPERATOR_TEMPLATES, Sizes, literal, np_dtype
-
-# reductions: identity, update statement, and how chunk partials combine
-def reduce_init(op, dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return {"reduce_sum": "0.0", "reduce_prod": "1.0", "reduce_max": "-np.inf",
-                "reduce_min": "np.inf"}[op]
-    if dtype == bool:
-        return {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "False", "reduce_min": "True"}[op]
-    info = np.iinfo(dtype)
-    return {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": str(info.min),
-            "reduce_min": str(info.max)}[op]
-
-
-REDUCE_UPDATE = {
-    "reduce_sum": "{acc} += {v}",
-    "reduce_prod": "{acc} *= {v}",
-    "reduce_max": "{acc} = _max({acc}, {v})",
-    "reduce_min": "{acc} = _min({acc}, {v})",
-}
-REDUCE_COMBINE = {"reduce_sum": "{a} + {b}", "reduce_prod": "{a} * {b}",
-                  "reduce_max": "_max({a}, {b})", "reduce_min": "_min({a}, {b})"}
-
-# elementwise ops: one scalar expression each (op-to-template table)
-TEMPLATES = {
-    **OPERATOR_TEMPLATES,
-    "sqrt": "np.sqrt({0})", "log": "np.log({0})", "log1p": "np.log1p({0})",
-    "sin": "np.sin({0})", "cos": "np.cos({0})", "tan": "np.tan({0})",
-    "sinh": "np.sinh({0})", "cosh": "np.cosh({0})", "arctan": "np.arctan({0})",
-}
-# ops whose template returns float64 whatever the input: cast back for float32 graphs
-F64_RESULT = {"exp", "expm1", "tanh"}
+from .source import LocalNames, LocalSizes, RecordingSizes, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
@@ -80,34 +49,22 @@ NJIT_ENTRY_MAX_STEPS = 48
 OUTLINE_LINES = 40         # parallel chunk bodies longer than this become their own function
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
+# The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which
+# Numba compiles to libm calls, except the functions of codegen/mathlib.py, whose arithmetic
+# forms vectorize. mathlib's return float64: a float32 program converts their results back.
+MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min"}
+F64_RESULT = ("exp", "expm1", "tanh")
 
-def _elementwise_expr(node, args):
-    op = node.op
-    if op == "integer_pow":
-        p = node.p["p"]
-        x = args[0]
-        body = " * ".join([x] * abs(p)) if abs(p) <= 4 else f"{x} ** {abs(p)}"
-        return body if p > 0 else f"1.0 / ({body})"
-    if op == "cast":
-        return f"{np_dtype(node.dtype)}({args[0]})" if node.dtype != bool else f"{args[0]} != 0"
-    if op == "sign":
-        x = args[0]
-        dt = np_dtype(node.dtype)
-        return f"{dt}({x} > 0) - {dt}({x} < 0) if {x} == {x} else {x}"
-    expr = TEMPLATES[op].format(*args)
-    if op in F64_RESULT and node.dtype != np.float64:
-        expr = f"{np_dtype(node.dtype)}({expr})"
-    return expr
+OPS = {}     # op name -> lowering of a library op (a step of its own): fn(em, node, v, x)
 
 
-# names the emitter gives values (v<name>, x<name>, with suffixes) and sizes (n<k>)
-_NAME = re.compile(r"\b(?:[vx][a-z]+(?:_[a-z]+)?|n\d+)\b")
-_ASSIGNED = re.compile(r"^\s*([vx][a-z]+(?:_[a-z]+)?)\s*=(?!=)", re.M)
-
-
-def _strip_comment(line):
-    k = line.find("#")
-    return line if k < 0 else line[:k].rstrip()
+def lowers(*ops):
+    """Decorator: the CPU lowering of these library ops."""
+    def deco(fn):
+        for op in ops:
+            OPS[op] = fn
+        return fn
+    return deco
 
 
 def _owned(a):
@@ -118,21 +75,18 @@ def _owned(a):
     return a
 
 
-class Emitter:
+class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
                  cache=True, prefix="", shared=None):
-        self.graph = graph
-        # loop functions by canonical text, shared with the emitters of subgraphs
+        super().__init__(graph, partition)
+        # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
         self.prefix = prefix       # for the functions of subgraphs (loop bodies, branches)
         self.extra_consts = []     # (name, array) passed after the const args: subgraph data
         self.n_subs = 0
-        self.part = partition
         self.parallel = parallel
         self.fastmath = tuple(fastmath)
         self.cache = cache
-        self.names = graph.names()
-        self.sizes = Sizes(graph)
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
         self.plan = MemoryPlan(graph, partition, self.sizes, plan=not prefix)
@@ -150,15 +104,18 @@ class Emitter:
         self.uses_prange = False
         self.driver = False
 
-    # ---- names -------------------------------------------------------------------------------
-    def var(self, node):
-        """The array holding node's stored value."""
-        return "v" + self.names[node.id]
+    def spell(self, name, dtype):
+        if name in DTYPES:
+            return f"np.{name}", None
+        if name in MATHLIB:
+            wrap = np_dtype(dtype) if name in F64_RESULT and dtype != np.float64 else None
+            return MATHLIB[name], wrap
+        if name == "abs":
+            return "abs", None
+        fn = FUNCTIONS[name]
+        return (f"np.{fn.numpy}" if fn.numpy else f"math.{fn.c}"), None
 
-    def scalar(self, node):
-        """The local scalar holding node's value at the current loop point."""
-        return "x" + self.names[node.id]
-
+    # ---- values in the entry function -----------------------------------------------------------
     def array(self, node):
         """An expression for node's value as an array (expanding virtual broadcasts/reshapes)."""
         src = self.part.resolve(node)
@@ -212,18 +169,6 @@ class Emitter:
         """Its only element, for a stored value of size 1 (0-d values are stored with shape (1,))."""
         return f"{self.var(node)}[{', '.join(['0'] * max(node.ndim, 1))}]"
 
-    def is_scalar_const(self, node):
-        return node.op == "const" and node.value.ndim == 0
-
-    def comment(self, node):
-        """`# c:f64[n0,n1] = mul a b`: the node, with sizes as the same symbols the code uses."""
-        if node.dtype == object:     # a control node: its subgraphs are emitted as functions
-            args = " ".join(self.names[i.id] for i in node.inputs)
-            small = ", ".join(f"{k}={v!r}" for k, v in node.params
-                              if isinstance(v, (int, bool, str)))
-            return f"# {self.names[node.id]}:tuple = {node.op}[{small}] {args}"
-        return "# " + self.graph.node_line(node, self.names, dims=self.sizes)
-
     # ---- entry function ----------------------------------------------------------------------
     def emit(self):
         # a long program's entry runs as Python (see the module docstring)
@@ -231,7 +176,7 @@ class Emitter:
         dead = self._dead_after() if self.driver else {}
         for k, step in enumerate(self.part.steps):
             if isinstance(step, Group):
-                self.emit_group(step)
+                GroupEmitter(self, step, local=self.driver).emit()
             else:
                 self.emit_op(step.node)
             if dead.get(k):
@@ -256,8 +201,7 @@ class Emitter:
             k = plan.step_at.get(n.id)
             if k is None:
                 continue
-            if n.id in self.part.materialized and n.op not in ("input", "const") \
-                    and n.dtype != object:
+            if n.id in self.part.materialized and n.kind not in ("input", "const", "control"):
                 made[n.id] = n
             if n.id in self.part.virtual:
                 continue
@@ -276,11 +220,12 @@ class Emitter:
         head = [
             f"# Generated by jitgraph from graph {self.graph.meta.get('name', '?')!r}. Do not edit:",
             "# this file is named after the hash of its content and rewritten never.",
+            "import math",
             "import numpy as np",
             "from numba import njit, prange",
-            "from codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
-            "from codegen.mathlib import maximum as _max, minimum as _min",
-            "from codegen import runtime as _rt",
+            "from jitgraph.codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
+            "from jitgraph.codegen.mathlib import maximum as _max, minimum as _min",
+            "from jitgraph.codegen import runtime as _rt",
             "",
             f"_OPTS = dict(cache={self.cache}, error_model='numpy', fastmath={fm}, boundscheck=False)",
             "_PARALLEL = dict(prange=True, numpy=False, reduction=False, setitem=False, stencil=False,",
@@ -299,34 +244,17 @@ class Emitter:
         src += self.kernel_lines()
         return "\n".join(src) + "\n"
 
-    def outline(self, lines, parallel, label):
-        """Run a group's `lines`: inline in a compiled entry (one function compiles faster
-        than several), or as a shared module function (see `function`) called from a
-        Python entry."""
-        if self.driver:
-            self.body.append(self.function(lines, parallel, label))
-        else:
-            self.uses_prange |= parallel
-            self.body += lines
+    def function(self, lines, parallel, label, params, args):
+        """Make `lines` a module function of `params`; returns its call with `args`.
 
-    def function(self, lines, parallel, label, lead=()):
-        """Make `lines` a module function; returns the call expression.
-
-        Its parameters are `lead` then the names it reads but never assigns (arrays,
-        sizes, scalar constants); it writes its results into arrays it is given.
-        Functions whose text is the same up to a consistent renaming of those names and
-        locals are emitted once: the layers of a deep network share one compiled loop
-        per distinct layer shape, so compile time does not grow with depth. Parallel
-        functions are the only ones with `prange`: Numba's automatic conversion of array
-        expressions into parallel loops would compile a kernel per allocation for nothing.
+        Functions with the same text are emitted once: a group emitted as a function names
+        its values and sizes in order of first use (`source.LocalNames`), so the layers of a
+        deep network share one compiled loop per distinct layer shape and compile time does
+        not grow with depth. Parallel functions are the only ones with `prange`: Numba's
+        automatic conversion of array expressions into parallel loops would compile a
+        kernel per allocation for nothing.
         """
-        code = "\n".join(_strip_comment(ln) for ln in lines)
-        names = list(dict.fromkeys(_NAME.findall(code)))
-        assigned = set(_ASSIGNED.findall(code))
-        params = list(lead) + [n for n in names if n not in assigned]
-        rename = {n: f"_{k}" for k, n in enumerate(names)}
-        canon = _NAME.sub(lambda m: rename[m.group(0)], code)
-        key = (canon, parallel, tuple(lead))
+        key = ("\n".join(lines), parallel, tuple(params))
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
@@ -338,7 +266,7 @@ class Emitter:
         else:
             fname, block = entry
             block[0] += f", also for {self.prefix}{label}"
-        return f"{fname}({', '.join(params)})"
+        return f"{fname}({', '.join(args)})"
 
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
@@ -368,52 +296,18 @@ class Emitter:
 
     # ---- library ops (one per step) -------------------------------------------------------------
     def emit_op(self, node):
-        v = self.var(node)
-        x = [self.array(i) for i in node.inputs]
-        S = self.sizes
-        op, p = node.op, node.p
-        out = self.body
-        out.append(self.comment(node))
-        if op == "matmul":
-            if node.ndim == 2:
-                out.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]}, {self.buffer(node)})")
-            else:
-                a, b = node.inputs
-                nb = S.product(node.shape[:-2])
-                m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-                out += [f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
-                        f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
-                        f"{self.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
-                        f".reshape({S.shape(node.shape)})"]
-        elif op == "transpose":
-            users = self.users[node.id]
-            if p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
-                    and node not in self.graph.outputs:
-                out.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
-            else:
-                out += [f"{v} = _rt.copy({x[0]}.transpose({tuple(p['perm'])}), {self.buffer(node)})"]
-        elif op == "reshape":
-            out.append(f"{v} = {x[0]}.reshape({S.shape(node.shape)})")
-        elif op == "broadcast":
-            out.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {S.shape(node.shape)}))")
-        elif op == "slice":
-            out.append(f"{v} = _rt.copy({x[0]}[{self._slices(p)}], {self.buffer(node)})")
-        elif op == "pad_slice":
-            out += [f"{v} = {self.buffer(node)}", f"{v}[...] = 0", f"_rt.copy({x[0]}, {v}[{self._slices(p)}])"]
-        elif op == "concatenate":
-            out.append(f"{v} = np.concatenate(({', '.join(x)},), axis={p['axis']})")
-        elif op in ("gather", "scatter_add"):
-            self._emit_gather(node, v, x)
-        elif op == "proj":
-            out.append(f"{v} = {self._tuple_part(node.inputs[0], p['index'])}")
-        elif op == "scan":
-            self._emit_scan(node, x)
-        elif op == "cond":
-            self._emit_cond(node, x)
-        elif op == "while":
-            self._emit_while(node, x)
-        else:
-            raise NotImplementedError(f"codegen: no CPU lowering for op {op!r}")
+        lower = OPS.get(node.op)
+        if lower is None:
+            raise NotImplementedError(f"codegen: no CPU lowering for op {node.op!r}")
+        self.body.append(self.comment(node))
+        lower(self, node, self.var(node), [self.array(i) for i in node.inputs])
+
+    def slices(self, p):
+        parts = []
+        for a, b, c in zip(p["starts"], p["stops"], p["steps"]):
+            stop = "" if b < 0 else str(b)
+            parts.append(f"{a}:{stop}:{c}")
+        return ", ".join(parts)
 
     # ---- control flow: subgraphs become functions of this module --------------------------------
     def subkernel(self, graph):
@@ -422,7 +316,6 @@ class Emitter:
         The function has the entry-function convention (dims, inputs, consts); its sizes and
         constants are passed from this kernel's own parameters, so the source stays free of
         concrete sizes and values."""
-        from .fusion import Partition
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
@@ -439,44 +332,10 @@ class Emitter:
             trailing.append(pname)
         return dims, trailing, f"{prefix}kernel"
 
-    def _tuple_part(self, t, k):
+    def tuple_part(self, t, k):
         return f"t{self.names[t.id]}_{k}"
 
-    def _used_parts(self, node):
-        return {u.p["index"] for u in self.users[node.id] if u.op == "proj"}
-
-    def _emit_scan(self, node, x):
-        p, S, out = node.p, self.sizes, self.body
-        dims, trailing, fname = self.subkernel(p["body"])
-        nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
-        consts, init, xs = x[:nc], x[nc:nc + nk], x[nc + nk:]
-        x_nodes = node.inputs[nc + nk:]
-        avals = p["out_avals"]
-        n_y = len(avals) - 2 * nk
-        used = self._used_parts(node)
-        t = "t" + self.names[node.id]
-        it = f"{t}_p"
-        carry = [self._tuple_part(node, k) for k in range(nk)]
-        ys = [(nk + k, self._tuple_part(node, nk + k)) for k in range(n_y)]
-        hist = [(k, self._tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
-        for c, v in zip(carry, init):
-            out.append(f"{c} = {v}")
-        for k, v in ys + [(nk + n_y + k, h) for k, h in hist]:
-            shape, dt = avals[k]
-            out.append(f"{v} = np.empty({S.shape(shape)}, {np_dtype(dt)})")
-        order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
-        out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
-        for k, h in hist:
-            out += self._store_row(h, it, carry[k], avals[k][0])
-        slices = [f"{v}[{it}:{it} + 1]" if xn.ndim == 1 else f"{v}[{it}]" for v, xn in zip(xs, x_nodes)]
-        args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
-        out.append(f"    {t}_r = {fname}({', '.join(args)})")
-        for k, c in enumerate(carry):
-            out.append(f"    {c} = {t}_r[{k}]")
-        for k, v in ys:
-            out += self._store_row(v, it, f"{t}_r[{k}]", avals[k][0][1:])
-
-    def _store_row(self, stacked, it, value, shape):
+    def store_row(self, stacked, it, value, shape):
         """Loop-body lines writing `value` (an array of `shape`; 0-d values are stored with
         shape (1,)) into row `it` of `stacked`, element by element: Numba compiles a
         row assignment `stacked[it] = value` about 1 s slower."""
@@ -488,147 +347,228 @@ class Emitter:
                 f"    for {stacked}_q in range({size}):",
                 f"        {stacked}_row[{stacked}_q] = {stacked}_val[{stacked}_q]"]
 
-    def _emit_cond(self, node, x):
-        out = self.body
-        gf, gt = node.p["branches"]
-        t = "t" + self.names[node.id]
-        calls = []
-        for g in (gt, gf):
-            dims, trailing, fname = self.subkernel(g)
-            calls.append(f"{t}_r = {fname}({', '.join([dims] + x[1:] + trailing)})")
-        out += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
-        for k in range(len(node.p["out_avals"])):
-            out.append(f"{self._tuple_part(node, k)} = {t}_r[{k}]")
 
-    def _emit_while(self, node, x):
-        p, out = node.p, self.body
-        nc = p["n_consts"]
-        consts, init = x[:nc], x[nc:]
-        cdims, ctrail, cname = self.subkernel(p["cond"])
-        bdims, btrail, bname = self.subkernel(p["body"])
-        t = "t" + self.names[node.id]
-        carry = [self._tuple_part(node, k) for k in range(len(init))]
-        for c, v in zip(carry, init):
-            out.append(f"{c} = {v}")
-        out.append(f"while {cname}({', '.join([cdims] + consts + carry + ctrail)})[0][0]:")
-        out.append(f"    {t}_r = {bname}({', '.join([bdims] + consts + carry + btrail)})")
-        for k, c in enumerate(carry):
-            out.append(f"    {c} = {t}_r[{k}]")
+# ---- lowerings of library ops -------------------------------------------------------------------
+@lowers("matmul")
+def _matmul(em, node, v, x):
+    S = em.sizes
+    if node.ndim == 2:
+        em.body.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]}, {em.buffer(node)})")
+        return
+    a, b = node.inputs
+    nb = S.product(node.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    em.body.append(f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
+                   f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
+                   f"{em.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
+                   f".reshape({S.shape(node.shape)})")
 
-    def _slices(self, p):
-        parts = []
-        for a, b, c in zip(p["starts"], p["stops"], p["steps"]):
-            stop = "" if b < 0 else str(b)
-            parts.append(f"{a}:{stop}:{c}")
-        return ", ".join(parts)
 
-    def _emit_gather(self, node, v, x):
-        S = self.sizes
-        axis = node.p["axis"]
-        idx = node.inputs[1]
-        big = node.inputs[0].shape if node.op == "gather" else node.shape
-        pre, post, n = S.product(big[:axis]), S.product(big[axis + 1:]), S(big[axis])
-        m = S.product(idx.shape)
-        dt = np_dtype(node.dtype)
-        buf = self.buffer(node)
-        if node.op == "gather":
-            src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
-        else:
-            src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
-            self.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
-        self.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
-                         f".reshape({S.shape(node.shape)})")
+@lowers("transpose")
+def _transpose(em, node, v, x):
+    users = em.users[node.id]
+    if node.p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
+            and node not in em.graph.outputs:
+        em.body.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
+    else:
+        em.body.append(f"{v} = _rt.copy({x[0]}.transpose({tuple(node.p['perm'])}), {em.buffer(node)})")
 
-    # ---- loop groups -----------------------------------------------------------------------
-    def emit_group(self, g):
-        GroupEmitter(self, g).emit()
+
+@lowers("reshape")
+def _reshape(em, node, v, x):
+    em.body.append(f"{v} = {x[0]}.reshape({em.sizes.shape(node.shape)})")
+
+
+@lowers("broadcast")
+def _broadcast(em, node, v, x):
+    em.body.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {em.sizes.shape(node.shape)}))")
+
+
+@lowers("slice")
+def _slice(em, node, v, x):
+    em.body.append(f"{v} = _rt.copy({x[0]}[{em.slices(node.p)}], {em.buffer(node)})")
+
+
+@lowers("pad_slice")
+def _pad_slice(em, node, v, x):
+    em.body += [f"{v} = {em.buffer(node)}", f"{v}[...] = 0", f"_rt.copy({x[0]}, {v}[{em.slices(node.p)}])"]
+
+
+@lowers("concatenate")
+def _concatenate(em, node, v, x):
+    em.body.append(f"{v} = np.concatenate(({', '.join(x)},), axis={node.p['axis']})")
+
+
+@lowers("gather", "scatter_add")
+def _gather(em, node, v, x):
+    S = em.sizes
+    axis = node.p["axis"]
+    idx = node.inputs[1]
+    big = node.inputs[0].shape if node.op == "gather" else node.shape
+    pre, post, n = S.product(big[:axis]), S.product(big[axis + 1:]), S(big[axis])
+    m = S.product(idx.shape)
+    buf = em.buffer(node)
+    if node.op == "gather":
+        src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
+    else:
+        src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
+        em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
+    em.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
+                   f".reshape({S.shape(node.shape)})")
+
+
+@lowers("proj")
+def _proj(em, node, v, x):
+    em.body.append(f"{v} = {em.tuple_part(node.inputs[0], node.p['index'])}")
+
+
+@lowers("scan")
+def _scan(em, node, v, x):
+    p, S, out = node.p, em.sizes, em.body
+    dims, trailing, fname = em.subkernel(p["body"])
+    nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
+    consts, init, xs = x[:nc], x[nc:nc + nk], x[nc + nk:]
+    x_nodes = node.inputs[nc + nk:]
+    avals = p["out_avals"]
+    n_y = len(avals) - 2 * nk
+    used = {u.p["index"] for u in em.users[node.id] if u.op == "proj"}
+    t = "t" + em.names[node.id]
+    it = f"{t}_p"
+    carry = [em.tuple_part(node, k) for k in range(nk)]
+    ys = [(nk + k, em.tuple_part(node, nk + k)) for k in range(n_y)]
+    hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
+    for c, val in zip(carry, init):
+        out.append(f"{c} = {val}")
+    for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
+        shape, dt = avals[k]
+        out.append(f"{val} = np.empty({S.shape(shape)}, {np_dtype(dt)})")
+    order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
+    out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
+    for k, h in hist:
+        out += em.store_row(h, it, carry[k], avals[k][0])
+    slices = [f"{val}[{it}:{it} + 1]" if xn.ndim == 1 else f"{val}[{it}]" for val, xn in zip(xs, x_nodes)]
+    args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
+    out.append(f"    {t}_r = {fname}({', '.join(args)})")
+    for k, c in enumerate(carry):
+        out.append(f"    {c} = {t}_r[{k}]")
+    for k, val in ys:
+        out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
+
+
+@lowers("cond")
+def _cond(em, node, v, x):
+    gf, gt = node.p["branches"]
+    t = "t" + em.names[node.id]
+    calls = []
+    for g in (gt, gf):
+        dims, trailing, fname = em.subkernel(g)
+        calls.append(f"{t}_r = {fname}({', '.join([dims] + x[1:] + trailing)})")
+    em.body += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
+    for k in range(len(node.p["out_avals"])):
+        em.body.append(f"{em.tuple_part(node, k)} = {t}_r[{k}]")
+
+
+@lowers("while")
+def _while(em, node, v, x):
+    p, out = node.p, em.body
+    nc = p["n_consts"]
+    consts, init = x[:nc], x[nc:]
+    cdims, ctrail, cname = em.subkernel(p["cond"])
+    bdims, btrail, bname = em.subkernel(p["body"])
+    t = "t" + em.names[node.id]
+    carry = [em.tuple_part(node, k) for k in range(len(init))]
+    for c, val in zip(carry, init):
+        out.append(f"{c} = {val}")
+    out.append(f"while {cname}({', '.join([cdims] + consts + carry + ctrail)})[0][0]:")
+    out.append(f"    {t}_r = {bname}({', '.join([bdims] + consts + carry + btrail)})")
+    for k, c in enumerate(carry):
+        out.append(f"    {c} = {t}_r[{k}]")
+
+
+# ---- loop groups -----------------------------------------------------------------------------------
+class Names:
+    """How a group's code names values: as the entry function does (inline), or in order of first
+    use (a group emitted as a function of its own; see `Emitter.function`). Records the entry's
+    values the code reads, which such a function takes as parameters."""
+
+    def __init__(self, em, local):
+        self.em = em
+        self.names = LocalNames() if local else em.names
+        self.sizes = LocalSizes(em.sizes) if local else RecordingSizes(em.sizes)
+        self.params = {}      # name in this code -> the entry's expression for it
+
+    def var(self, node, suffix=""):
+        """The entry's array holding node's value (a parameter of a group function)."""
+        name = f"v{self.names[node.id]}{suffix}"
+        self.params[name] = self.em.var(node) + suffix
+        return name
+
+    def local(self, node, prefix, suffix=""):
+        """A name the group's own code defines for node."""
+        return f"{prefix}{self.names[node.id]}{suffix}"
+
+    def scalar(self, node):
+        return self.local(node, "x")
+
+    def const_ref(self, node):
+        if node.id in self.em._hoisted:
+            name = self.local(node, "x", "_c")
+            self.params[name] = self.em.const_ref(node)
+            return name
+        return literal(node.value, node.dtype)
+
+    def comment(self, node):
+        return "# " + self.em.graph.node_line(node, self.names, dims=self.sizes.label)
+
+    def signature(self):
+        """(parameters, the entry's arguments for them): sizes, then arrays and constants."""
+        ps = list(self.sizes.used.items()) + list(self.params.items())
+        return [p for p, _ in ps], [a for _, a in ps]
 
 
 class GroupEmitter:
-    """Emits one loop group inline in the entry function.
+    """Emits one loop group, inline in the entry function or as a function of the module.
 
-    A member's value at the current point is the local scalar `x<name>`; a
-    stored member is written to the array `v<name>`; values stored by earlier
-    steps are read by indexing their arrays `v<name>`.
+    A member's value at the current point is the local scalar `x<name>`; a stored member is
+    written to the array `v<name>`; values stored by earlier steps are read by indexing their
+    arrays `v<name>`. The group's outputs are allocated by the entry function.
     """
 
-    def __init__(self, em, g):
-        self.em, self.g = em, g
-        self.S = em.sizes
-        self.mat = em.part.materialized
+    def __init__(self, em, g, local=False):
+        self.em, self.g, self.local = em, g, local
+        self.n = Names(em, local)
+        self.S = self.n.sizes
+        self.plan = GroupPlan(em, g, em.part.materialized, index_sinks=True)
         self.members = g.members
+        self.flat = self.plan.flat
         self.reads = {}           # external node id -> node (arrays read)
         self.writes = {}          # member id -> node (stored outputs)
         self.partials = {}        # sink id -> node (reduced over the chunked axis: per-chunk slots)
         self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
-        self.size = int(np.prod(g.shape, dtype=np.int64))
-        self.flat = self._flat_ok()
-        self.parallel = em.parallel and self.size >= PARALLEL_MIN
+        self.views = {}           # names the group defines before its loop (flat views, scalars)
+        self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN
 
-    # ---- structure -----------------------------------------------------------------------------
-    def _flat_ok(self):
-        """A group with no inner axes whose reads are all full-size or size 1 runs as one 1-D loop."""
-        g = self.g
-        if g.k != g.rank or g.rank <= 1:
-            return False
-        for n in g.nodes:
-            for x in n.inputs:
-                if x.id not in self.members and not self._flat_read_ok(x, self.size):
-                    return False
-            if g.members[n.id] == "sink" and n.size != 1:
-                return False
-        return True
-
-    def _flat_read_ok(self, x, total):
-        src = self.em.part.resolve(x)
-        if src.size == 1:
-            return True
-        # the same elements in the same order: only unit reshapes between the group and src
-        while x.id in self.em.part.virtual:
-            if x.op == "broadcast" and x.size != x.inputs[0].size:
-                return False
-            x = x.inputs[0]
-        return src.size == total
-
-    def _lvl(self, x):
-        """Level of x in this group: its member level, or the level its shape reads at."""
-        return self.members[x.id] if x.id in self.members else self.g.level_of_shape(x.shape)
-
-    def _is_scalar_read(self, x):
-        return x.size == 1 and tuple(x.shape) != self.g.shape
-
-    def _is_full(self, x):
-        return x.size == self.size and x.size != 1 or tuple(x.shape) == self.g.shape
-
+    # ---- values ------------------------------------------------------------------------------------
     def flat_name(self, x):
-        return f"{self.em.var(x)}_f" if self.flat and self._is_full(x) else self.em.var(x)
+        if self.flat and self.plan.is_full(x):
+            return self.n.local(x, "v", "_f")
+        return self.n.var(x)
 
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
-        em = self.em
-        # index of x at this point: x's dims are right-aligned with the target's
-        off = len(target_shape) - x.ndim
-        x, ix = em.part.resolve_index(x, [f"i{off + d}" for d in range(x.ndim)])
-        if em.is_scalar_const(x):
-            return em.const_ref(x)
+        x, ix = self.plan.source(x, target_shape)
+        if self.em.is_scalar_const(x):
+            return self.n.const_ref(x)
         self.reads[x.id] = x
-        if self._is_scalar_read(x):
-            return f"{em.scalar(x)}_s"
+        if self.plan.is_scalar_read(x):
+            return self.n.local(x, "x", "_s")
         if self.flat:
             return f"{self.flat_name(x)}[i]"
-        return f"{em.var(x)}[{', '.join(ix) if ix else '0'}]"
+        return f"{self.n.var(x)}[{', '.join(ix) if ix else '0'}]"
 
     def value(self, x, target_shape):
-        return self.em.scalar(x) if x.id in self.members else self.read(x, target_shape)
-
-    def node_line(self, n):
-        """The SSA line computing member n."""
-        v = self.em.scalar(n)
-        if n.op in ("broadcast", "reshape"):
-            return f"{v} = {self.value(n.inputs[0], n.shape)}"
-        args = [self.value(x, n.shape) for x in n.inputs]
-        return f"{v} = {_elementwise_expr(n, args)}"
+        return self.n.scalar(x) if x.id in self.members else self.read(x, target_shape)
 
     def point_index(self, shape, skip=()):
         """Index of an array of `shape` (prefix-aligned with the domain) at the current point."""
@@ -642,9 +582,7 @@ class GroupEmitter:
         g = self.g
         if g.rank == 0:
             return self.emit_scalar_group()
-        for s in g.nodes:
-            if self.members[s.id] != "sink":
-                continue
+        for s in self.plan.sinks:
             if s.size == 1:
                 self.scalar_accs[s.id] = s
             elif 0 in s.p["axes"] and g.shape[0] != 1 and self.parallel:
@@ -655,8 +593,7 @@ class GroupEmitter:
         first = "range(lo, hi)" if self.parallel else \
             f"range({self.S.product(g.shape) if self.flat else self.S(g.shape[0])})"
         if self.flat:
-            body = [f"for i in {first}:"]
-            body += self._flat_body(ind)
+            body = [f"for i in {first}:"] + self._flat_body(ind)
         else:
             body = [f"for i0 in {first}:"]
             depth = ind
@@ -667,149 +604,144 @@ class GroupEmitter:
         self._finish(body)
 
     def _store(self, n, ind, lines):
-        if n.id in self.mat:
+        if n.id in self.em.part.materialized:
             self.writes[n.id] = n
-            lines.append(ind + f"{self.flat_name(n)}[{self.point_index(n.shape)}] = {self.em.scalar(n)}")
+            lines.append(ind + f"{self.flat_name(n)}[{self.point_index(n.shape)}] = {self.n.scalar(n)}")
 
-    def _emit_members(self, nodes, ind, lines):
+    def _members(self, nodes, ind, lines):
         for n in nodes:
-            lines.append(ind + self.node_line(n) + "  " + self.em.comment(n))
+            lines.append(ind + self.plan.node_line(n, self.value, self.n))
             self._store(n, ind, lines)
 
     def _sink_update(self, s, ind):
-        em = self.em
         x = s.inputs[0]
-        v = self.value(x, x.shape)
         if s.id in self.scalar_accs:
-            target = f"{em.scalar(s)}_acc"
+            target = self.n.local(s, "x", "_acc")
         elif s.id in self.partials:
-            target = f"{em.var(s)}_part[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
+            target = f"{self.n.var(s, '_part')}[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
         else:
-            target = f"{em.var(s)}[{self.point_index(x.shape, skip=s.p['axes'])}]"
-        return ind + REDUCE_UPDATE[s.op].format(acc=target, v=v) + "  " + em.comment(s)
+            target = f"{self.n.var(s)}[{self.point_index(x.shape, skip=s.p['axes'])}]"
+        return (ind + self.em.reduce_update(s.op, target, self.value(x, x.shape), s.dtype)
+                + "  " + self.n.comment(s))
 
     def _flat_body(self, ind):
         """No inner axes: every member and sink once per point."""
         lines = []
-        self._emit_members([n for n in self.g.nodes if self.members[n.id] != "sink"], ind, lines)
-        for s in self.g.nodes:
-            if self.members[s.id] == "sink":
-                lines.append(self._sink_update(s, ind))
+        self._members([n for n in self.g.nodes if self.members[n.id] != "sink"], ind, lines)
+        lines += [self._sink_update(s, ind) for s in self.plan.sinks]
         return lines
 
     def _row_body(self, ind):
         """Row group: per-row values between passes over the inner axes."""
-        g, em, m = self.g, self.em, self.members
-        ready = self.g.pass_ready()
-        nodes = g.nodes
-        lines = []
-        last = max(ready.values())
-        for p in range(last + 1):
-            # per-row values that become available at p (after the previous pass)
-            for n in nodes:
-                if m[n.id] == 1 and ready[n.id] == p and n.op not in REDUCE_OPS:
-                    self._emit_members([n], ind, lines)
-            for s in nodes:
-                if m[s.id] == "sink" and self._lvl(s.inputs[0]) == 1 and ready.get(s.inputs[0].id, 0) == p:
-                    lines.append(self._sink_update(s, ind))
-            # pass p over the inner axes: row reductions, stores and sinks of per-point values
-            reds = [n for n in nodes if m[n.id] == 1 and n.op in REDUCE_OPS and ready[n.id] == p + 1]
-            stores = [n for n in nodes if m[n.id] == 2 and n.id in self.mat and ready[n.id] == p]
-            sinks = [s for s in nodes if m[s.id] == "sink" and self._lvl(s.inputs[0]) == 2
-                     and ready.get(s.inputs[0].id, 0) == p]
-            if not (reds or stores or sinks):
+        g, em, lines = self.g, self.em, []
+        for ps in self.plan.passes():
+            self._members(ps.row, ind, lines)
+            lines += [self._sink_update(s, ind) for s in ps.row_sinks]
+            if ps.empty:
                 continue
-            lines.append(ind + f"# pass {p} over the row")
-            for r in reds:
-                lines.append(ind + f"{em.scalar(r)} = {reduce_init(r.op, r.dtype)}")
+            lines.append(ind + f"# pass {ps.index} over the row")
+            for r in ps.reds:
+                lines.append(ind + f"{self.n.scalar(r)} = {em.reduce_init(r.op, r.dtype)}")
             depth = ind
             for d in range(g.k, g.rank):
                 lines.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
                 depth += "    "
-            roots = [r.inputs[0] for r in reds] + stores + [s.inputs[0] for s in sinks]
-            for n in self.g.needed(roots):
-                lines.append(depth + self.node_line(n) + "  " + em.comment(n))
-                if n in stores:
+            for n in ps.needed:
+                lines.append(depth + self.plan.node_line(n, self.value, self.n))
+                if n in ps.stores:
                     self._store(n, depth, lines)
-            for r in reds:
+            for r in ps.reds:
                 x = r.inputs[0]
-                lines.append(depth + REDUCE_UPDATE[r.op].format(acc=em.scalar(r), v=self.value(x, x.shape))
-                             + "  " + em.comment(r))
-            for s in sinks:
-                lines.append(self._sink_update(s, depth))
-            for r in reds:
+                lines.append(depth + em.reduce_update(r.op, self.n.scalar(r), self.value(x, x.shape), r.dtype)
+                             + "  " + self.n.comment(r))
+            lines += [self._sink_update(s, depth) for s in ps.sinks]
+            for r in ps.reds:
                 self._store(r, ind, lines)
         return lines
 
     def _finish(self, body):
-        """Allocate the group's stored outputs in the entry function and run the loop as a
-        function of the module (chunks over prange, or serial), which combines the partials."""
-        g, em, S = self.g, self.em, self.S
+        """The group's allocations in the entry, and its loop: chunks over prange, or serial;
+        the chunks' partial results are combined after the loop. Inline in a compiled entry,
+        or a module function (a Python entry, or a long parallel body)."""
+        g, em, S, n = self.g, self.em, self.S, self.n
         total = S.product(g.shape)
         extent = total if self.flat else S(g.shape[0])
         accs = list(self.scalar_accs.values())
-        out = em.body
-        mode = "parallel chunks" if self.parallel else "serial"
-        kind = "flattened" if self.flat else f"outer axes {tuple(range(g.k))}"
-        out.append(f"# group {g.seq}: fused loop over {S.shape(g.shape)} ({kind}, {mode}), "
-                   f"{len(g.nodes)} nodes")
-        for n in self.writes.values():
-            out.append(f"{em.var(n)} = {em.buffer(n)}")
+        alloc = [f"# group {g.seq}: fused loop over {em.sizes.shape(g.shape)} "
+                 f"({'flattened' if self.flat else f'outer axes {tuple(range(g.k))}'}, "
+                 f"{'parallel chunks' if self.parallel else 'serial'}), {len(g.nodes)} nodes"]
+        for x in self.writes.values():
+            alloc.append(f"{em.var(x)} = {em.buffer(x)}")
         for s in self.direct_sinks.values():
-            out += [f"{em.var(s)} = {em.buffer(s)}", f"{em.var(s)}[...] = {reduce_init(s.op, s.dtype)}"]
+            alloc += [f"{em.var(s)} = {em.buffer(s)}", f"{em.var(s)}[...] = {em.reduce_init(s.op, s.dtype)}"]
         for s in accs + list(self.partials.values()):
-            out.append(f"{em.var(s)} = {em.buffer(s)}")
+            alloc.append(f"{em.var(s)} = {em.buffer(s)}")
         fn = []
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
-                if self._is_full(x):
-                    fn.append(f"{self.flat_name(x)} = {em.var(x)}.reshape({total})")
+                if self.plan.is_full(x):
+                    fn.append(f"{self.flat_name(x)} = {n.var(x)}.reshape({total})")
+                    self.views[self.flat_name(x)] = None
         for x in self.reads.values():
-            if self._is_scalar_read(x):
-                fn.append(f"{em.scalar(x)}_s = {em.first(x)}")
+            if self.plan.is_scalar_read(x):
+                name = n.local(x, "x", "_s")
+                fn.append(f"{name} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
+                self.views[name] = None
+        zeros = lambda s: ", ".join(["0"] * max(s.ndim, 1))  # noqa: E731
         if not self.parallel:
-            fn += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+            fn += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
             fn += body
-            fn += [f"{em.var(s)}[{self._zeros(s)}] = {em.scalar(s)}_acc" for s in accs]
+            fn += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
         else:
             fn.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
             # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
             for k, s in enumerate(accs + list(self.partials.values())):
-                v = f"{em.var(s)}_part"
                 shape = (MAX_CHUNKS,) + (tuple(s.shape) if s.id in self.partials else ())
-                out.append(f"{v} = {em.scratch(k, shape, s.dtype)}")
+                alloc.append(f"{em.var(s)}_part = {em.scratch(k, shape, s.dtype)}")
                 if s.id in self.partials:
-                    fn.append(f"{v}[...] = {reduce_init(s.op, s.dtype)}")
-            ind = "    "
+                    fn.append(f"{n.var(s, '_part')}[...] = {em.reduce_init(s.op, s.dtype)}")
             chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
-            chunk += [f"{em.scalar(s)}_acc = {reduce_init(s.op, s.dtype)}" for s in accs]
+            chunk += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
             chunk += body
-            chunk += [f"{em.var(s)}_part[ch] = {em.scalar(s)}_acc" for s in accs]
+            chunk += [f"{n.var(s, '_part')}[ch] = {n.local(s, 'x', '_acc')}" for s in accs]
+            long_body = len(chunk) > OUTLINE_LINES
+            if long_body and not self.local:
+                return GroupEmitter(em, g, local=True).emit()     # long bodies become functions
             fn.append("for ch in prange(nch):")
-            if len(chunk) > OUTLINE_LINES:
+            if long_body:
                 # Numba's parfor passes slow down with the size of a prange body: a long body
                 # compiles faster as its own function; prange's index is unsigned, pass int64
-                call = em.function(chunk, False, f"group_{g.seq}_chunk", lead=("ch", "nch"))
-                fn.append(ind + call.replace("(ch, ", "(np.int64(ch), ", 1))
+                params, _ = n.signature()
+                params = ["ch", "nch"] + params + list(self.views)
+                call = em.function(chunk, False, f"group_{g.seq}_chunk", params,
+                                   ["np.int64(ch)"] + params[1:])
+                fn.append("    " + call)
             else:
-                fn += [ind + ln for ln in chunk]
+                fn += ["    " + ln for ln in chunk]
             for s in accs:
-                v = em.var(s)
-                comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_part[c]")
-                fn += [f"{v}_t = {v}_part[0]", "for c in range(1, nch):", f"    {v}_t = {comb}",
-                       f"{v}[{self._zeros(s)}] = {v}_t"]
+                v, part = n.local(s, "v", "_t"), n.var(s, "_part")
+                comb = em.combine(s.op, v, f"{part}[c]", s.dtype)
+                fn += [f"{v} = {part}[0]", "for c in range(1, nch):", f"    {v} = {comb}",
+                       f"{n.var(s)}[{zeros(s)}] = {v}"]
             for s in self.partials.values():
                 # element loops: Numba compiles an array assignment or an in-place array
                 # operator with its broadcasting machinery, about 1-2 s each
-                v, size = em.var(s), S.product(s.shape)
-                comb = REDUCE_COMBINE[s.op].format(a=f"{v}_t", b=f"{v}_pf[c, q]")
-                fn += [f"{v}_f = {v}.reshape({size})", f"{v}_pf = {v}_part.reshape(({MAX_CHUNKS}, {size}))",
-                       f"for q in range({size}):", f"    {v}_t = {v}_pf[0, q]",
-                       "    for c in range(1, nch):", f"        {v}_t = {comb}", f"    {v}_f[q] = {v}_t"]
-        em.outline(fn, self.parallel, f"group_{g.seq}")
-
-    def _zeros(self, node):
-        return ", ".join(["0"] * max(node.ndim, 1))
+                size = S.product(s.shape)
+                v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
+                comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)
+                fn += [f"{vf} = {n.var(s)}.reshape({size})",
+                       f"{pf} = {n.var(s, '_part')}.reshape(({MAX_CHUNKS}, {size}))",
+                       f"for q in range({size}):", f"    {v} = {pf}[0, q]",
+                       "    for c in range(1, nch):", f"        {v} = {comb}", f"    {vf}[q] = {v}"]
+        if em.driver and not self.local:
+            return GroupEmitter(em, g, local=True).emit()
+        em.body += alloc
+        if self.local:
+            params, args = n.signature()
+            em.body.append(em.function(fn, self.parallel, f"group_{g.seq}", params, args))
+        else:
+            em.uses_prange |= self.parallel
+            em.body += fn
 
     def emit_scalar_group(self):
         """A group over shape (): straight-line code in the entry function."""
@@ -825,11 +757,12 @@ class GroupEmitter:
                 return em.const_ref(x)
             return em.first(x)
 
-        for n in g.nodes:
-            if n.op in REDUCE_OPS or n.op in ("broadcast", "reshape"):
-                expr = val(n.inputs[0])
+        for node in g.nodes:
+            if node.kind == "reduce" or node.op in ("broadcast", "reshape"):
+                expr = val(node.inputs[0])
             else:
-                expr = _elementwise_expr(n, [val(x) for x in n.inputs])
-            out.append(f"{em.scalar(n)} = {expr}  {em.comment(n)}")
-            if n.id in self.mat:
-                out += [f"{em.var(n)} = {em.buffer(n)}", f"{em.var(n)}[{self._zeros(n)}] = {em.scalar(n)}"]
+                expr = em.expr(node, [val(x) for x in node.inputs])
+            out.append(f"{em.scalar(node)} = {expr}  {em.comment(node)}")
+            if node.id in em.part.materialized:
+                out += [f"{em.var(node)} = {em.buffer(node)}",
+                        f"{em.var(node)}[{', '.join(['0'] * max(node.ndim, 1))}] = {em.scalar(node)}"]

@@ -43,19 +43,41 @@ arrays. Constant arrays of the graph are copied to the device once per process.
 Without a GPU (and without the simulator, NUMBA_ENABLE_CUDASIM=1) building a CUDA
 program raises `CudaUnavailableError` (a `NotSupportedError`); there is no CPU
 fallback. numba-cuda is an optional dependency (`pip install jitgraph[cuda]`), only
-imported when a CUDA program is built. Control flow (`cond`, `scan`, loops) has no
+imported when a CUDA program is built (this module reads its launch constants from
+`cuda_config`, and only generated modules import `cuda_runtime`). Control flow (`cond`, `scan`, loops) has no
 CUDA lowering yet and raises `NotSupportedError`.
 """
 import importlib.util
-import re
 
 import numpy as np
 
 from jitgraph.errors import NotSupportedError
+from jitgraph.ops.registry import PRIMS
+from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
-from .fusion import Group, Partition, REDUCE_OPS
+from . import cuda_config
+from .build import load_kernel
+from .fusion import Group, Partition
+from .lower import EmitterBase, GroupPlan, acc_dtype
 from .memory import MemoryPlan
-from .source import OPERATOR_TEMPLATES, Sizes, literal, np_dtype
+from .program import Program
+from .source import RecordingSizes, literal, np_dtype
+
+SEGMENT = {"reduce_sum": "_rt.seg_sum", "reduce_prod": "_rt.seg_prod",
+           "reduce_max": "_rt.seg_max", "reduce_min": "_rt.seg_min"}
+NB_TYPES = {"float64": "float64", "float32": "float32", "int64": "int64", "int32": "int32",
+            "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "boolean"}
+
+OPS = {}     # op name -> lowering of a library op (its own kernel or host call): fn(em, node, v)
+
+
+def lowers(*ops):
+    """Decorator: the CUDA lowering of these library ops."""
+    def deco(fn):
+        for op in ops:
+            OPS[op] = fn
+        return fn
+    return deco
 
 
 class CudaUnavailableError(NotSupportedError):
@@ -85,77 +107,21 @@ def require_cuda():
 def compile_graph_cuda(graph):
     """Fuse, emit and import the CUDA program for `graph`; returns a `codegen.Program`."""
     require_cuda()
-    from . import Program
-    from .build import load_kernel
-
     part, source, em = generate_cuda(graph)
     kernel, module, path = load_kernel(source)
     consts = [n.value for n in em.const_args]
     prog = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
-    from . import cuda_runtime
-    prog.new_workspace = lambda nbytes: cuda_runtime.empty((nbytes,), np.uint8)
+    rt = kernel.__globals__["_rt"]        # the generated module's cuda_runtime
+    prog.new_workspace = lambda nbytes: rt.empty((nbytes,), np.uint8)
     return prog
 
 
-def generate_cuda(graph, tpb=None):
-    """(partition, source, emitter) for `graph`, without importing the module. `tpb` (threads
-    per block) defaults to `cuda_runtime.TPB`, which imports numba.cuda."""
-    if tpb is None:
-        from . import cuda_runtime as rt
-        tpb = rt.TPB
+def generate_cuda(graph, tpb=cuda_config.TPB):
+    """(partition, source, emitter) for `graph`, without importing the module; `tpb` is the
+    number of threads per block."""
     part = Partition(graph)
     em = CudaEmitter(graph, part, tpb=tpb)
     return part, em.emit(), em
-
-
-# ---- scalar expressions -------------------------------------------------------------------------
-TEMPLATES = {
-    **OPERATOR_TEMPLATES,
-    "sqrt": "_sqrt({0})", "log": "_log({0})", "log1p": "_log1p({0})",
-    "sin": "_sin({0})", "cos": "_cos({0})", "tan": "_tan({0})",
-    "sinh": "_sinh({0})", "cosh": "_cosh({0})", "arctan": "_atan({0})",
-}
-
-REDUCE_UPDATE = {"reduce_sum": "{a} + {v}", "reduce_prod": "{a} * {v}",
-                 "reduce_max": "_max({a}, {v})", "reduce_min": "_min({a}, {v})"}
-SEGMENT = {"reduce_sum": "_rt.seg_sum", "reduce_prod": "_rt.seg_prod",
-           "reduce_max": "_rt.seg_max", "reduce_min": "_rt.seg_min"}
-NB_TYPES = {"float64": "float64", "float32": "float32", "int64": "int64", "int32": "int32",
-            "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "boolean"}
-
-
-def acc_dtype(dtype):
-    """Accumulator dtype of a reduction: booleans are counted in int64 (any/all via != 0)."""
-    return np.dtype(np.int64) if np.dtype(dtype) == bool else np.dtype(dtype)
-
-
-def reduce_init(op, dtype):
-    dtype = acc_dtype(dtype)
-    if dtype.kind == "f":
-        v = {"reduce_sum": 0.0, "reduce_prod": 1.0, "reduce_max": -np.inf, "reduce_min": np.inf}[op]
-    else:
-        info = np.iinfo(dtype)
-        v = {"reduce_sum": 0, "reduce_prod": 1, "reduce_max": info.min, "reduce_min": info.max}[op]
-    return literal(v, dtype)
-
-
-def elementwise_expr(node, args):
-    op = node.op
-    dt = node.dtype
-    if op == "integer_pow":
-        p = node.p["p"]
-        x = args[0]
-        body = " * ".join([x] * abs(p)) if 0 < abs(p) <= 4 else f"{x} ** {abs(p)}"
-        if p == 0:
-            return literal(1, dt)
-        return body if p > 0 else f"{literal(1, dt)} / ({body})"
-    if op == "cast":
-        return f"{np_dtype(dt)}({args[0]})" if dt != bool else f"{args[0]} != 0"
-    if op == "sign":
-        x = args[0]
-        d = np_dtype(dt)
-        return f"{d}({x} > 0) - {d}({x} < 0) if {x} == {x} else {x}"
-    return TEMPLATES[op].format(*args)
 
 
 def unravel(var, shape, names, S, ind):
@@ -183,11 +149,15 @@ def _index(ix):
 
 
 class Kernel:
-    """One `@cuda.jit` function: its body, and the host expressions its parameters take."""
+    """One `@cuda.jit` function: its body, and the host expressions its parameters take.
 
-    def __init__(self, name, title):
+    Its body names sizes through `S`, which records them: the size symbols it uses are
+    parameters too."""
+
+    def __init__(self, name, title, sizes):
         self.name = name
         self.title = title
+        self.S = RecordingSizes(sizes)
         self.lines = []
         self.scalars = []     # (parameter, host expression), first in the signature
         self.arrays = {}      # parameter -> host expression
@@ -201,9 +171,8 @@ class Kernel:
         return param
 
     def params(self):
-        body = "\n".join(self.lines)
         own = {p for p, _ in self.scalars}
-        syms = sorted(set(re.findall(r"\bn\d+\b", body)) - own, key=lambda s: int(s[1:]))
+        syms = sorted(set(self.S.used) - own, key=lambda s: int(s[1:]))
         ps = self.scalars + [(s, s) for s in syms] + list(self.arrays.items())
         return [p for p, _ in ps], [h for _, h in ps]
 
@@ -217,13 +186,10 @@ class Kernel:
         return f"{self.name}[{grid}, {block}]({', '.join(hosts)})"
 
 
-class CudaEmitter:
+class CudaEmitter(EmitterBase):
     def __init__(self, graph, partition, tpb):
-        self.graph = graph
-        self.part = partition
+        super().__init__(graph, partition)
         self.tpb = tpb
-        self.names = graph.names()
-        self.sizes = Sizes(graph)
         self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         self.kernels = []
         self.host = []
@@ -247,22 +213,18 @@ class CudaEmitter:
         self.plan = MemoryPlan(graph, partition, self.sizes, views=views | self.matmul_t, in_place=False,
                                plannable=lambda n: True, recycle_outputs=False)
 
-    # ---- names ----------------------------------------------------------------------------
-    def var(self, node):
-        return "v" + self.names[node.id]
-
-    def scalar(self, node):
-        return "x" + self.names[node.id]
-
-    def comment(self, node):
-        return "# " + self.graph.node_line(node, self.names, dims=self.sizes)
+    def spell(self, name, dtype):
+        """The scalar language on the GPU: the math module's functions, by their C names, through
+        `cuda_runtime.fmath` (NumPy's under the simulator); NaN-propagating max and min."""
+        if name in DTYPES:
+            return f"np.{name}", None
+        if name in ("abs", "max", "min"):
+            return {"abs": "abs", "max": "_max", "min": "_min"}[name], None
+        return f"_m.{FUNCTIONS[name].c}", None
 
     def shared(self, dtype):
         name = NB_TYPES[acc_dtype(dtype).name]
         return f"sh_{name}", f"cuda.shared.array(TPB, _nt.{name})"
-
-    def is_scalar_const(self, node):
-        return node.op == "const" and node.value.ndim == 0
 
     # ---- reading stored values inside a kernel ----------------------------------------------
     def read(self, kern, x, ix, flat=None):
@@ -327,14 +289,10 @@ class CudaEmitter:
             "import numpy as np",
             "from numba import cuda",
             "from numba.cuda import types as _nt",
-            "from codegen import cuda_runtime as _rt",
-            "from codegen.cuda_runtime import exp as _exp, expm1 as _expm1, tanh as _tanh, log as _log, "
-            "log1p as _log1p",
-            "from codegen.cuda_runtime import sqrt as _sqrt, sin as _sin, cos as _cos, tan as _tan, "
-            "sinh as _sinh, cosh as _cosh",
-            "from codegen.cuda_runtime import atan as _atan, vmax as _max, vmin as _min",
+            "from jitgraph.codegen import cuda_runtime as _rt",
+            "from jitgraph.codegen.cuda_runtime import fmath as _m, vmax as _max, vmin as _min",
             "",
-            f"TPB = {self.tpb}  # threads per block: codegen.cuda_runtime.TPB when this was generated",
+            f"TPB = {self.tpb}  # threads per block: codegen.cuda_config.TPB when this was generated",
             "_IN_DTYPES = (" + "".join(f"{np_dtype(n.dtype)}, " for n in g.inputs) + ")",
         ]
         src = list(head)
@@ -361,7 +319,7 @@ class CudaEmitter:
         return "\n".join(src) + "\n"
 
     def kernel(self, title):
-        k = Kernel(f"k{len(self.kernels)}", title)
+        k = Kernel(f"k{len(self.kernels)}", title, self.sizes)
         self.kernels.append(k)
         return k
 
@@ -369,15 +327,14 @@ class CudaEmitter:
     def emit_pointwise(self, node, value, what=None):
         """out[ix] = value(kernel, ix) for every point of node's shape, in a grid-stride loop.
         `value` returns an expression, or (lines, expression)."""
-        S = self.sizes
         v = self.var(node)
         k = self.kernel(f"{what or node.op} -> {self.names[node.id]}")
         k.lines.append(self.comment(node))
-        total = S.product(node.shape)
+        total = self.sizes.product(node.shape)
         k.scalar("total", total)
         names = [f"i{d}" for d in range(node.ndim)]
         k.lines.append("for p in range(cuda.grid(1), total, cuda.gridsize(1)):")
-        lines, ix = unravel("p", node.shape, names, S, "    ")
+        lines, ix = unravel("p", node.shape, names, k.S, "    ")
         k.lines += lines
         got = value(k, ix)
         pre, expr = got if isinstance(got, tuple) else ([], got)
@@ -389,72 +346,83 @@ class CudaEmitter:
         self.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
 
     def emit_op(self, node):
-        S = self.sizes
-        op, p = node.op, node.p
-        v = self.var(node)
         if node.id in self.matmul_t:
             self.host.append(self.comment(node) + "  (the matmuls read the input transposed)")
-        elif op == "matmul":
-            a, b = node.inputs
-            nb = S.product(node.shape[:-2])
-            m, kk, n = S(a.shape[-2]), S(a.shape[-1]), S(b.shape[-1])
-            operands, flags = [], []
-            for x, (r, c) in ((a, (m, kk)), (b, (kk, n))):
-                t = x.id in self.matmul_t
-                src = self.host_array(x.inputs[0] if t else x)
-                operands.append(f"{src}.reshape(({nb}, {c if t else r}, {r if t else c}))")
-                flags.append(t)
-            extra = "".join(f", {f}={t}" for f, t in zip(("ta", "tb"), flags) if t)
-            self.host.append(self.comment(node))
-            self.host.append(f"{v} = {self.buffer(node)}")
-            self.host.append(f"_rt.matmul({operands[0]}, {operands[1]}, {v}.reshape(({nb}, {m}, {n})){extra})")
-        elif op == "reshape":
-            x = self.host_array(node.inputs[0])
-            self.host.append(self.comment(node))
-            self.host.append(f"{v} = {x}.reshape({S.shape(node.shape)})  # a view")
-            self.views.add(node.id)
-        elif op == "transpose":
-            perm = p["perm"]
-            x = node.inputs[0]
+            return
+        lower = OPS.get(node.op)
+        if lower is None:
+            prim = PRIMS[node.op]
+            if prim.host_only:
+                raise NotSupportedError(f"the CUDA target does not support {prim.host_only} yet (op "
+                                        f"{node.op!r}); use target='cpu' for this function")
+            raise NotSupportedError(f"codegen: no CUDA lowering for op {node.op!r}")
+        lower(self, node, self.var(node))
 
-            def value(k, ix):
-                xi = [None] * x.ndim
-                for d, src in enumerate(perm):
-                    xi[src] = ix[d]
-                return self.read(k, x, xi)
-            self.emit_pointwise(node, value)
-        elif op == "broadcast":
-            x = node.inputs[0]
-            self.emit_pointwise(node, lambda k, ix: self.read(k, x, ix[node.ndim - x.ndim:]))
-        elif op == "slice":
-            x = node.inputs[0]
 
-            def value(k, ix):
-                xi = []
-                for d, (a, c) in enumerate(zip(p["starts"], p["steps"])):
-                    t = ix[d] if c == 1 else f"{ix[d]} * {c}"
-                    xi.append(t if a == 0 else (f"{a} + {t}" if t != "0" else str(a)))
-                return self.read(k, x, xi)
-            self.emit_pointwise(node, value)
-        elif op == "pad_slice":
-            self.emit_pointwise(node, lambda k, ix: self._pad_value(k, node, ix))
-        elif op == "concatenate":
-            self.emit_pointwise(node, lambda k, ix: self._concat_value(k, node, ix))
-        elif op == "gather":
-            self.uses_err = True
-            self.emit_pointwise(node, lambda k, ix: self._gather_value(k, node, ix))
-        elif op == "scatter_add":
-            self.uses_err = True
-            self._emit_scatter(node)
-        elif op in ("scan", "cond", "while", "proj"):
-            raise NotSupportedError(
-                f"the CUDA target does not support control flow yet ({op!r}: jg.cond, jg.scan, "
-                "jg.fori_loop, jg.while_loop); use target='cpu' for this function")
-        else:
-            raise NotSupportedError(f"codegen: no CUDA lowering for op {op!r}")
 
-    def _pad_value(self, k, node, ix):
-        x = node.inputs[0]
+# ---- lowerings of library ops ---------------------------------------------------------------------
+@lowers("matmul")
+def _matmul(em, node, v):
+    S = em.sizes
+    a, b = node.inputs
+    nb = S.product(node.shape[:-2])
+    m, kk, n = S(a.shape[-2]), S(a.shape[-1]), S(b.shape[-1])
+    operands, flags = [], []
+    for x, (r, c) in ((a, (m, kk)), (b, (kk, n))):
+        t = x.id in em.matmul_t
+        src = em.host_array(x.inputs[0] if t else x)
+        operands.append(f"{src}.reshape(({nb}, {c if t else r}, {r if t else c}))")
+        flags.append(t)
+    extra = "".join(f", {f}={t}" for f, t in zip(("ta", "tb"), flags) if t)
+    em.host.append(em.comment(node))
+    em.host.append(f"{v} = {em.buffer(node)}")
+    em.host.append(f"_rt.matmul({operands[0]}, {operands[1]}, {v}.reshape(({nb}, {m}, {n})){extra})")
+
+
+@lowers("reshape")
+def _reshape(em, node, v):
+    x = em.host_array(node.inputs[0])
+    em.host.append(em.comment(node))
+    em.host.append(f"{v} = {x}.reshape({em.sizes.shape(node.shape)})  # a view")
+    em.views.add(node.id)
+
+
+@lowers("transpose")
+def _transpose(em, node, v):
+    perm, x = node.p["perm"], node.inputs[0]
+
+    def value(k, ix):
+        xi = [None] * x.ndim
+        for d, src in enumerate(perm):
+            xi[src] = ix[d]
+        return em.read(k, x, xi)
+    em.emit_pointwise(node, value)
+
+
+@lowers("broadcast")
+def _broadcast(em, node, v):
+    x = node.inputs[0]
+    em.emit_pointwise(node, lambda k, ix: em.read(k, x, ix[node.ndim - x.ndim:]))
+
+
+@lowers("slice")
+def _slice(em, node, v):
+    x, p = node.inputs[0], node.p
+
+    def value(k, ix):
+        xi = []
+        for d, (a, c) in enumerate(zip(p["starts"], p["steps"])):
+            t = ix[d] if c == 1 else f"{ix[d]} * {c}"
+            xi.append(t if a == 0 else (f"{a} + {t}" if t != "0" else str(a)))
+        return em.read(k, x, xi)
+    em.emit_pointwise(node, value)
+
+
+@lowers("pad_slice")
+def _pad_slice(em, node, v):
+    x = node.inputs[0]
+
+    def value(k, ix):
         lines, xi, conds = [], [], []
         for d, (a, c) in enumerate(zip(node.p["starts"], node.p["steps"])):
             if a == 0 and c == 1 and x.shape[d] == node.shape[d]:
@@ -465,15 +433,20 @@ class CudaEmitter:
             lines.append(f"{j} = {off} // {c}" if c != 1 else f"{j} = {off}")
             if c != 1:
                 conds.append(f"{off} % {c} == 0")
-            conds += [f"{j} >= 0", f"{j} < {self.sizes(x.shape[d])}"]
+            conds += [f"{j} >= 0", f"{j} < {k.S(x.shape[d])}"]
             xi.append(j)
         if not conds:
-            return self.read(k, x, xi)
+            return em.read(k, x, xi)
         lines.append(f"ok = {' and '.join(conds)}")
-        return lines, f"{self.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
+        return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
+    em.emit_pointwise(node, value)
 
-    def _concat_value(self, k, node, ix):
-        axis = node.p["axis"]
+
+@lowers("concatenate")
+def _concatenate(em, node, v):
+    axis = node.p["axis"]
+
+    def value(k, ix):
         lines, off = [], []
         xs = node.inputs
         for j, x in enumerate(xs):
@@ -481,79 +454,84 @@ class CudaEmitter:
             base = " + ".join(off) if off else None
             if base:
                 xi[axis] = f"{ix[axis]} - ({base})"
-            expr = self.read(k, x, xi)
-            off.append(self.sizes(x.shape[axis]))
+            expr = em.read(k, x, xi)
+            off.append(k.S(x.shape[axis]))
             if j == len(xs) - 1:
                 lines.append(("else:" if j else "if True:"))
             else:
                 lines.append(f"{'elif' if j else 'if'} {ix[axis]} < {' + '.join(off)}:")
             lines.append(f"    val = {expr}")
         return lines, "val"
+    em.emit_pointwise(node, value)
 
-    def _gather_value(self, k, node, ix):
-        x, idx = node.inputs
-        axis = node.p["axis"]
+
+@lowers("gather")
+def _gather(em, node, v):
+    x, idx = node.inputs
+    axis = node.p["axis"]
+    em.uses_err = True
+
+    def value(k, ix):
         m = idx.ndim
-        n = self.sizes(x.shape[axis])
-        lines = [f"ij = {self.read(k, idx, ix[axis:axis + m])}",
+        n = k.S(x.shape[axis])
+        lines = [f"ij = {em.read(k, idx, ix[axis:axis + m])}",
                  "if ij < 0:", f"    ij += {n}",
                  f"ok = ij >= 0 and ij < {n}",
                  "if not ok:", "    err[0] = 1"]
         k.array("err")
         xi = ix[:axis] + ["ij"] + ix[axis + m:]
-        return lines, f"{self.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
-
-    def _emit_scatter(self, node):
-        """out[pre, idx[j], post] += g[pre, j, post]: one thread per (pre, post) column, j in order."""
-        S = self.sizes
-        g, idx = node.inputs
-        axis = node.p["axis"]
-        m = idx.ndim
-        v = self.var(node)
-        out_shape = node.shape
-        cols = tuple(out_shape[:axis]) + tuple(out_shape[axis + 1:])
-        k = self.kernel(f"scatter_add -> {self.names[node.id]}")
-        k.lines.append(self.comment(node))
-        total = S.product(cols)
-        k.scalar("total", total)
-        rank = len(out_shape)
-        names = [f"i{d}" for d in range(rank) if d != axis]
-        k.lines.append("for p in range(cuda.grid(1), total, cuda.gridsize(1)):")
-        lines, cix = unravel("p", cols, names, S, "    ")
-        k.lines += lines
-        oix = lambda a: cix[:axis] + [a] + cix[axis:]   # noqa: E731
-        k.array(v)
-        k.array("err")
-        n = S(out_shape[axis])
-        k.lines += [f"    for r in range({n}):", f"        {v}[{_index(oix('r'))}] = {literal(0, node.dtype)}"]
-        k.lines.append(f"    for j in range({S.product(idx.shape)}):")
-        jl, jix = unravel("j", idx.shape, [f"j{d}" for d in range(m)], S, "        ")
-        k.lines += jl
-        gix = cix[:axis] + jix + cix[axis:]
-        k.lines += [f"        ij = {self.read(k, idx, jix)}",
-                    "        if ij < 0:", f"            ij += {n}",
-                    f"        if ij >= 0 and ij < {n}:",
-                    f"            {v}[{_index(oix('ij'))}] += {self.read(k, g, gix)}",
-                    "        else:", "            err[0] = 1"]
-        self.host.append(self.comment(node))
-        self.host.append(f"{v} = {self.buffer(node)}")
-        self.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
+        return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
+    em.emit_pointwise(node, value)
 
 
+@lowers("scatter_add")
+def _scatter_add(em, node, v):
+    """out[pre, idx[j], post] += g[pre, j, post]: one thread per (pre, post) column, j in order."""
+    em.uses_err = True
+    g, idx = node.inputs
+    axis = node.p["axis"]
+    m = idx.ndim
+    out_shape = node.shape
+    cols = tuple(out_shape[:axis]) + tuple(out_shape[axis + 1:])
+    k = em.kernel(f"scatter_add -> {em.names[node.id]}")
+    S = k.S
+    k.lines.append(em.comment(node))
+    total = em.sizes.product(cols)
+    k.scalar("total", total)
+    names = [f"i{d}" for d in range(len(out_shape)) if d != axis]
+    k.lines.append("for p in range(cuda.grid(1), total, cuda.gridsize(1)):")
+    lines, cix = unravel("p", cols, names, S, "    ")
+    k.lines += lines
+    oix = lambda a: cix[:axis] + [a] + cix[axis:]   # noqa: E731
+    k.array(v)
+    k.array("err")
+    n = S(out_shape[axis])
+    k.lines += [f"    for r in range({n}):", f"        {v}[{_index(oix('r'))}] = {literal(0, node.dtype)}"]
+    k.lines.append(f"    for j in range({S.product(idx.shape)}):")
+    jl, jix = unravel("j", idx.shape, [f"j{d}" for d in range(m)], S, "        ")
+    k.lines += jl
+    gix = cix[:axis] + jix + cix[axis:]
+    k.lines += [f"        ij = {em.read(k, idx, jix)}",
+                "        if ij < 0:", f"            ij += {n}",
+                f"        if ij >= 0 and ij < {n}:",
+                f"            {v}[{_index(oix('ij'))}] += {em.read(k, g, gix)}",
+                "        else:", "            err[0] = 1"]
+    em.host.append(em.comment(node))
+    em.host.append(f"{v} = {em.buffer(node)}")
+    em.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
+
+
+# ---- loop groups ----------------------------------------------------------------------------------------
 class GroupKernel:
     """Emits one loop group: its kernel, the host lines launching it, and the combine passes."""
 
     def __init__(self, em, g):
         self.em, self.g = em, g
-        self.S = em.sizes
         self.members = g.members
         self.scalar_sinks, self.col_sinks, self.other_sinks = [], [], []
         self.k = None
         self.flat = False
-
-    # ---- classification -----------------------------------------------------------------------------
-    def _lvl(self, x):
-        return self.members[x.id] if x.id in self.members else self.g.level_of_shape(x.shape)
+        self.plan = None
 
     def _classify(self):
         g, em = self.g, self.em
@@ -563,40 +541,17 @@ class GroupKernel:
                 continue
             x = s.inputs[0]
             axes = tuple(s.p["axes"])
-            lx = self._lvl(x)
             if s.size == 1:
                 self.scalar_sinks.append(s)
             elif not row and len(axes) < g.rank and axes == tuple(range(len(axes))) and axes \
                     and tuple(x.shape) == g.shape:
                 self.col_sinks.append(s)       # flat group, reduced over leading axes
-            elif row and lx == 2 and axes == tuple(range(g.k)) and tuple(x.shape) == g.shape:
+            elif row and self.plan.level(x) == 2 and axes == tuple(range(g.k)) and tuple(x.shape) == g.shape:
                 self.col_sinks.append(s)       # row group, reduced over the outer axes
             else:
                 self.other_sinks.append(s)
                 if x.id in self.members:
                     em.stored.add(x.id)
-
-    def _flat_read_ok(self, x, total):
-        part = self.em.part
-        src = part.resolve(x)
-        if src.size == 1:
-            return True
-        while x.id in part.virtual:
-            if x.op == "broadcast" and x.size != x.inputs[0].size:
-                return False
-            x = x.inputs[0]
-        return src.size == total
-
-    def _flat_ok(self):
-        g = self.g
-        if g.rank <= 1:
-            return False
-        total = int(np.prod(g.shape, dtype=np.int64))
-        for n in g.nodes:
-            for x in n.inputs:
-                if x.id not in self.members and not self._flat_read_ok(x, total):
-                    return False
-        return True
 
     # ---- expressions ------------------------------------------------------------------------------------
     def value(self, x, target_shape):
@@ -606,20 +561,23 @@ class GroupKernel:
         ix = [f"i{off + d}" for d in range(x.ndim)]
         return self.em.read(self.k, x, ix, flat="p" if self.flat else None)
 
-    def node_line(self, n):
-        v = self.em.scalar(n)
-        if n.op in ("broadcast", "reshape") or n.op in REDUCE_OPS:
-            return f"{v} = {self.value(n.inputs[0], n.shape)}"
-        return f"{v} = {elementwise_expr(n, [self.value(x, n.shape) for x in n.inputs])}"
+    def member_line(self, n, ind, lines):
+        lines.append(ind + self.plan.node_line(n, self.value, self.em))
+        if n.id in self.em.stored:
+            lines.append(ind + self.store_line(n))
 
     def store_line(self, n):
         v = self.em.var(n)
         if self.flat:
-            self.k.array(v + "_f", f"{v}.reshape({self.S.product(n.shape)})")
+            self.k.array(v + "_f", f"{v}.reshape({self.em.sizes.product(n.shape)})")
             return f"{v}_f[p] = {self.em.scalar(n)}"
         self.k.array(v)
         ix = ["0" if n.shape[d] == 1 else f"i{d}" for d in range(n.ndim)]
         return f"{v}[{_index(ix) if n.ndim else '0'}] = {self.em.scalar(n)}"
+
+    def update(self, s, acc, x):
+        """`acc = acc (op) value of x`, with the node's comment."""
+        return f"{self.em.reduce_update(s.op, acc, self.value(x, x.shape), s.dtype)}  {self.em.comment(s)}"
 
     def acc(self, s):
         return f"{self.em.scalar(s)}_acc"
@@ -630,6 +588,7 @@ class GroupKernel:
     # ---- emission --------------------------------------------------------------------------------------------
     def emit(self):
         g, em = self.g, self.em
+        self.plan = GroupPlan(em, g, em.stored, index_sinks=False)
         self._classify()
         self.k = em.kernel(f"group {g.seq}: {self.title()}")
         em.host.append(f"# group {g.seq}: {self.title()}")
@@ -649,12 +608,7 @@ class GroupKernel:
         g = self.g
         kind = "scalar" if g.rank == 0 else "flat grid-stride loop" if g.k == g.rank else \
             f"rows over outer axes {tuple(range(g.k))}"
-        return f"fused loop over {self.S.shape(g.shape) if g.rank else '()'} ({kind}), {len(g.nodes)} nodes"
-
-    def _members_line(self, n, ind, lines):
-        lines.append(ind + self.node_line(n) + "  " + self.em.comment(n))
-        if n.id in self.em.stored:
-            lines.append(ind + self.store_line(n))
+        return f"fused loop over {self.em.sizes.shape(g.shape) if g.rank else '()'} ({kind}), {len(g.nodes)} nodes"
 
     def _finish_scalar_sinks(self, lines, tid="tid"):
         """Block-reduce each thread's accumulator; thread 0 writes the block's partial."""
@@ -669,40 +623,42 @@ class GroupKernel:
             lines.append(f"    {self.part(s)}[cuda.blockIdx.x] = {self.acc(s)}")
 
     def _combine_host(self, s, part_shape):
-        em, S = self.em, self.S
+        em = self.em
         v = em.var(s)
         em.host.append(f"{v} = {em.buffer(s)}")
         em.host.append(f"_rt.combine({s.op!r}, {self.part(s)}.reshape({part_shape}), "
-                       f"{v}.reshape({S.product(s.shape)}))  {em.comment(s)}")
+                       f"{v}.reshape({em.sizes.product(s.shape)}))  {em.comment(s)}")
+
+    def _partials_host(self, sinks, rows, seq):
+        for s in sinks:
+            self.em.host.append(f"{self.part(s)} = _rt.empty({rows}, {np_dtype(acc_dtype(s.dtype))})")
 
     def emit_flat(self):
-        g, em, k, S = self.g, self.em, self.k, self.S
+        g, em, k = self.g, self.em, self.k
         if not (self.scalar_sinks or self.col_sinks
                 or any(self.members[n.id] != "sink" for n in g.nodes)):
             em.kernels.remove(k)   # only sinks reduced by their own kernels
             return
-        self.flat = self._flat_ok()
-        total = S.product(g.shape)
+        self.flat = self.plan.flat
+        total = em.sizes.product(g.shape)
         seq = g.seq
         lines = k.lines
         k.scalar("T", f"T{seq}")
         k.scalar("total", total)
         lines.append("t = cuda.grid(1)")
         for s in self.scalar_sinks + self.col_sinks:
-            lines.append(f"{self.acc(s)} = {reduce_init(s.op, s.dtype)}")
+            lines.append(f"{self.acc(s)} = {em.reduce_init(s.op, s.dtype)}")
         lines.append("if t < T:")
         lines.append("    for p in range(t, total, T):")
         ind = "        "
         if not self.flat:
-            ul, _ = unravel("p", g.shape, [f"i{d}" for d in range(g.rank)], S, ind)
+            ul, _ = unravel("p", g.shape, [f"i{d}" for d in range(g.rank)], k.S, ind)
             lines += ul
         for n in g.nodes:
             if self.members[n.id] != "sink":
-                self._members_line(n, ind, lines)
+                self.member_line(n, ind, lines)
         for s in self.scalar_sinks + self.col_sinks:
-            x = s.inputs[0]
-            upd = REDUCE_UPDATE[s.op].format(a=self.acc(s), v=self.value(x, x.shape))
-            lines.append(f"{ind}{self.acc(s)} = {upd}  {em.comment(s)}")
+            lines.append(ind + self.update(s, self.acc(s), s.inputs[0]))
         for s in self.col_sinks:
             # T is a multiple of every column count, so thread t always meets columns t % ncol
             k.array(self.part(s))
@@ -712,60 +668,54 @@ class GroupKernel:
             self._finish_scalar_sinks(lines)
         # column counts are products of trailing sizes, so the largest is a multiple of the others
         widest = max(self.col_sinks, key=lambda s: s.size, default=None)
-        ncol = S.product(widest.shape) if widest is not None else "1"
+        ncol = em.sizes.product(widest.shape) if widest is not None else "1"
         em.host.append(f"T{seq} = _rt.flat_threads({total}, {ncol}, TPB)")
         em.host.append(f"B{seq} = -(-T{seq} // TPB)")
-        for s in self.scalar_sinks:
-            em.host.append(f"{self.part(s)} = _rt.empty((B{seq},), {np_dtype(acc_dtype(s.dtype))})")
-        for s in self.col_sinks:
-            em.host.append(f"{self.part(s)} = _rt.empty((T{seq},), {np_dtype(acc_dtype(s.dtype))})")
+        self._partials_host(self.scalar_sinks, f"(B{seq},)", seq)
+        self._partials_host(self.col_sinks, f"(T{seq},)", seq)
         em.host.append(k.launch(f"B{seq}"))
         for s in self.scalar_sinks:
             self._combine_host(s, f"(B{seq}, 1)")
         for s in self.col_sinks:
-            nc = S.product(s.shape)
+            nc = em.sizes.product(s.shape)
             self._combine_host(s, f"(T{seq} // max({nc}, 1), {nc})")
 
     def emit_scalar_group(self):
         g, em, k = self.g, self.em, self.k
-        lines = k.lines
         for n in g.nodes:
             if self.members[n.id] == "sink":
                 em.host.append(f"{em.var(n)} = {em.buffer(n)}")
-            self._members_line(n, "", lines)
+            self.member_line(n, "", k.lines)
         em.host.append(k.launch("1", "1"))
 
     # ---- row groups ------------------------------------------------------------------------------------
     def emit_rows(self):
-        g, em, k, S = self.g, self.em, self.k, self.S
+        g, em, k = self.g, self.em, self.k
         m = self.members
         seq = g.seq
         lines = k.lines
-        nrows, ninner = S.product(g.shape[:g.k]), S.product(g.shape[g.k:])
+        nrows, ninner = em.sizes.product(g.shape[:g.k]), em.sizes.product(g.shape[g.k:])
         k.scalar("nrows", nrows)
         k.scalar("ninner", ninner)
         k.scalar("rw", f"rw{seq}")
         lines += ["tid = cuda.threadIdx.x", "lane = tid % rw", "rpb = TPB // rw",
                   "slot = cuda.blockIdx.x * rpb + tid // rw"]
-        shared_decls = set()
-        for n in g.nodes:
-            if n.op in REDUCE_OPS and m[n.id] == 1:
-                shared_decls.add(em.shared(n.dtype))
+        shared_decls = {em.shared(n.dtype) for n in g.nodes if n.kind == "reduce" and m[n.id] == 1}
         for decl in sorted(shared_decls):
             lines.append(f"{decl[0]} = {decl[1]}")
         for s in self.scalar_sinks:
-            lines.append(f"{self.acc(s)} = {reduce_init(s.op, s.dtype)}")
+            lines.append(f"{self.acc(s)} = {em.reduce_init(s.op, s.dtype)}")
         for s in self.col_sinks:
             k.array(self.part(s))
             lines += ["for q in range(lane, ninner, rw):",
-                      f"    {self.part(s)}[slot, q] = {reduce_init(s.op, s.dtype)}"]
+                      f"    {self.part(s)}[slot, q] = {em.reduce_init(s.op, s.dtype)}"]
         lines += ["for row0 in range(cuda.blockIdx.x * rpb, nrows, cuda.gridDim.x * rpb):",
                   "    row = row0 + tid // rw",
                   "    active = row < nrows",
                   "    if not active:",
                   "        row = nrows - 1  # idle threads of the last block read a real row, store nothing"]
         ind = "    "
-        ul, _ = unravel("row", g.shape[:g.k], [f"i{d}" for d in range(g.k)], S, ind)
+        ul, _ = unravel("row", g.shape[:g.k], [f"i{d}" for d in range(g.k)], k.S, ind)
         lines += ul
         self._row_body(lines, ind)
         if self.scalar_sinks:
@@ -773,11 +723,8 @@ class GroupKernel:
         em.host.append(f"rw{seq} = _rt.row_width({ninner}, TPB)")
         cols = ", column_sums=True" if self.col_sinks else ""
         em.host.append(f"B{seq} = _rt.row_blocks({nrows}, rw{seq}, TPB{cols})")
-        for s in self.scalar_sinks:
-            em.host.append(f"{self.part(s)} = _rt.empty((B{seq},), {np_dtype(acc_dtype(s.dtype))})")
-        for s in self.col_sinks:
-            em.host.append(f"{self.part(s)} = _rt.empty((B{seq} * (TPB // rw{seq}), {ninner}), "
-                           f"{np_dtype(acc_dtype(s.dtype))})")
+        self._partials_host(self.scalar_sinks, f"(B{seq},)", seq)
+        self._partials_host(self.col_sinks, f"(B{seq} * (TPB // rw{seq}), {ninner})", seq)
         em.host.append(k.launch(f"B{seq}"))
         for s in self.scalar_sinks:
             self._combine_host(s, f"(B{seq}, 1)")
@@ -790,53 +737,34 @@ class GroupKernel:
             lines.append(f"{ind}    {self.store_line(n)}")
 
     def _row_body(self, lines, ind):
-        g, em, m = self.g, self.em, self.members
-        S = self.S
-        ready = self.g.pass_ready()
-        nodes = g.nodes
-        last = max(ready.values())
-        for p in range(last + 1):
-            for n in nodes:
-                if m[n.id] == 1 and ready[n.id] == p and n.op not in REDUCE_OPS:
-                    lines.append(ind + self.node_line(n) + "  " + em.comment(n))
-                    self._row_store(n, ind, lines)
-            for s in self.scalar_sinks:
-                x = s.inputs[0]
-                if self._lvl(x) == 1 and ready.get(x.id, 0) == p:
-                    upd = REDUCE_UPDATE[s.op].format(a=self.acc(s), v=self.value(x, x.shape))
-                    lines += [f"{ind}if active and lane == 0:", f"{ind}    {self.acc(s)} = {upd}  {em.comment(s)}"]
-            reds = [n for n in nodes if m[n.id] == 1 and n.op in REDUCE_OPS and ready[n.id] == p + 1]
-            stores = [n for n in nodes if m[n.id] == 2 and n.id in em.stored and ready[n.id] == p]
-            sinks = [s for s in self.scalar_sinks + self.col_sinks
-                     if self._lvl(s.inputs[0]) == 2 and ready.get(s.inputs[0].id, 0) == p]
-            if not (reds or stores or sinks):
+        g, em, k = self.g, self.em, self.k
+        for ps in self.plan.passes():
+            for n in ps.row:
+                lines.append(ind + self.plan.node_line(n, self.value, em))
+                self._row_store(n, ind, lines)
+            for s in ps.row_sinks:
+                if s in self.scalar_sinks:
+                    lines += [f"{ind}if active and lane == 0:", f"{ind}    {self.update(s, self.acc(s), s.inputs[0])}"]
+            sinks = [s for s in ps.sinks if s in self.scalar_sinks or s in self.col_sinks]
+            if not (ps.reds or ps.stores or sinks):
                 continue
-            lines.append(f"{ind}# pass {p} over the row")
-            for r in reds:
-                lines.append(f"{ind}{em.scalar(r)} = {reduce_init(r.op, r.dtype)}")
+            lines.append(f"{ind}# pass {ps.index} over the row")
+            for r in ps.reds:
+                lines.append(f"{ind}{em.scalar(r)} = {em.reduce_init(r.op, r.dtype)}")
             lines.append(f"{ind}for q in range(lane, ninner if active else 0, rw):")
             d2 = ind + "    "
-            ul, _ = unravel("q", g.shape[g.k:], [f"i{d}" for d in range(g.k, g.rank)], S, d2)
+            ul, _ = unravel("q", g.shape[g.k:], [f"i{d}" for d in range(g.k, g.rank)], k.S, d2)
             lines += ul
-            roots = [r.inputs[0] for r in reds] + stores + [s.inputs[0] for s in sinks]
-            for n in self.g.needed(roots):
-                lines.append(d2 + self.node_line(n) + "  " + em.comment(n))
-                if n in stores:
+            for n in self.g.needed([r.inputs[0] for r in ps.reds] + ps.stores + [s.inputs[0] for s in sinks]):
+                lines.append(d2 + self.plan.node_line(n, self.value, em))
+                if n in ps.stores:
                     lines.append(d2 + self.store_line(n))
-            for r in reds:
-                x = r.inputs[0]
-                upd = REDUCE_UPDATE[r.op].format(a=em.scalar(r), v=self.value(x, x.shape))
-                lines.append(f"{d2}{em.scalar(r)} = {upd}  {em.comment(r)}")
+            for r in ps.reds:
+                lines.append(d2 + self.update(r, em.scalar(r), r.inputs[0]))
             for s in sinks:
-                x = s.inputs[0]
-                if s in self.col_sinks:
-                    tgt = f"{self.part(s)}[slot, q]"
-                    upd = REDUCE_UPDATE[s.op].format(a=tgt, v=self.value(x, x.shape))
-                    lines.append(f"{d2}{tgt} = {upd}  {em.comment(s)}")
-                else:
-                    upd = REDUCE_UPDATE[s.op].format(a=self.acc(s), v=self.value(x, x.shape))
-                    lines.append(f"{d2}{self.acc(s)} = {upd}  {em.comment(s)}")
-            for r in reds:
+                tgt = f"{self.part(s)}[slot, q]" if s in self.col_sinks else self.acc(s)
+                lines.append(d2 + self.update(s, tgt, s.inputs[0]))
+            for r in ps.reds:
                 sh, _ = em.shared(r.dtype)
                 lines.append(f"{ind}{em.scalar(r)} = {SEGMENT[r.op]}({sh}, tid, lane, rw, {em.scalar(r)})")
                 self._row_store(r, ind, lines)
@@ -845,24 +773,25 @@ class GroupKernel:
     def emit_reduction(self, s):
         """s = reduce(x, axes) for a stored (or virtual) x: thread (chunk c, output r) reduces its
         chunk of the reduced points; a second pass combines the chunks in order."""
-        em, S = self.em, self.S
+        em = self.em
         x = s.inputs[0]
         axes = tuple(s.p["axes"])
         kept = [d for d in range(x.ndim) if d not in axes]
-        k = em.kernel(f"reduction {self.em.names[s.id]} of group {self.g.seq}")
-        nr, nj = S.product([x.shape[d] for d in kept]), S.product([x.shape[d] for d in axes])
+        k = em.kernel(f"reduction {em.names[s.id]} of group {self.g.seq}")
+        nr = em.sizes.product([x.shape[d] for d in kept])
+        nj = em.sizes.product([x.shape[d] for d in axes])
         k.scalar("nr", nr)
         k.scalar("nj", nj)
         k.scalar("nch", f"nch_{em.names[s.id]}")
         k.lines.append(em.comment(s))
         k.lines += ["for t in range(cuda.grid(1), nr * nch, cuda.gridsize(1)):", "    r = t % nr", "    c = t // nr"]
         names = [f"i{d}" for d in range(x.ndim)]
-        ul, _ = unravel("r", [x.shape[d] for d in kept], [names[d] for d in kept], S, "    ")
+        ul, _ = unravel("r", [x.shape[d] for d in kept], [names[d] for d in kept], k.S, "    ")
         k.lines += ul
         acc = self.acc(s)
-        k.lines.append(f"    {acc} = {reduce_init(s.op, s.dtype)}")
+        k.lines.append(f"    {acc} = {em.reduce_init(s.op, s.dtype)}")
         k.lines.append("    for j in range(c * nj // nch, (c + 1) * nj // nch):")
-        ul, _ = unravel("j", [x.shape[d] for d in axes], [names[d] for d in axes], S, "        ")
+        ul, _ = unravel("j", [x.shape[d] for d in axes], [names[d] for d in axes], k.S, "        ")
         k.lines += ul
         ix = ["0" if x.shape[d] == 1 else names[d] for d in range(x.ndim)]
         if x.id in self.members:
@@ -870,7 +799,7 @@ class GroupKernel:
             val = f"{em.var(x)}[{_index(ix) if x.ndim else '0'}]"
         else:
             val = em.read(k, x, ix)
-        k.lines.append(f"        {acc} = {REDUCE_UPDATE[s.op].format(a=acc, v=val)}")
+        k.lines.append(f"        {em.reduce_update(s.op, acc, val, s.dtype)}")
         k.array(self.part(s))
         k.lines.append(f"    {self.part(s)}[c, r] = {acc}")
         name = em.names[s.id]

@@ -27,11 +27,7 @@ reshape of a stored value) is an `OpStep`. A node may join a group only if every
 value it reads from outside the group is produced by an earlier step, so the
 steps run in list order.
 """
-from jitgraph.prims import PRIMS
-
-FUSIBLE_KINDS = ("elementwise",)
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
-REDUCE_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
 
 
 def unit_reshape(node):
@@ -73,7 +69,7 @@ class Group:
         ready = {}
         for n in self.nodes:
             r = max([ready[x.id] for x in n.inputs if x.id in ready] + [0])
-            if n.op in REDUCE_OPS and self.members[n.id] == 1:
+            if n.kind == "reduce" and self.members[n.id] == 1:
                 r += 1
             ready[n.id] = r
         return ready
@@ -178,7 +174,7 @@ class Partition:
                     and group.level_of_shape(node.shape) == 1:
                 return 1
             return None
-        if op in REDUCE_OPS:
+        if node.kind == "reduce":
             x = ins[0]
             axes = tuple(node.p["axes"])
             if x.id in mem:
@@ -197,7 +193,7 @@ class Partition:
                     return "sink"
                 return None
             return "sink"
-        if PRIMS[op].kind in FUSIBLE_KINDS:
+        if node.kind == "elementwise":
             lvl = group.level_of_shape(node.shape)
             if lvl is None:
                 return None
@@ -212,7 +208,7 @@ class Partition:
 
     def _try_row_split(self, group, node):
         """A flat group meeting a reduction over its trailing axes becomes a row group."""
-        if node.op not in REDUCE_OPS or group.k != group.rank:
+        if node.kind != "reduce" or group.k != group.rank:
             return None
         x = node.inputs[0]
         axes = tuple(node.p["axes"])
@@ -230,7 +226,7 @@ class Partition:
         return 1
 
     def _new_group(self, node):
-        if node.op in REDUCE_OPS:
+        if node.kind == "reduce":
             x = node.inputs[0]
             axes = tuple(node.p["axes"])
             shape = x.shape
@@ -247,8 +243,7 @@ class Partition:
         return g
 
     def _place(self, node):
-        kind = PRIMS[node.op].kind
-        fusible = kind in FUSIBLE_KINDS or node.op in REDUCE_OPS or node.op in ("broadcast", "reshape")
+        fusible = node.kind in ("elementwise", "reduce") or node.op in ("broadcast", "reshape")
         if fusible:
             # candidate groups: those holding an input, newest first
             cands = []
@@ -262,7 +257,7 @@ class Partition:
             cands.sort(key=lambda s: -s.seq)
             for g in cands:
                 role = None
-                if node.op in REDUCE_OPS and g.k == g.rank:
+                if node.kind == "reduce" and g.k == g.rank:
                     role = self._try_row_split(g, node)
                 if role is None:
                     role = self._role(g, node)

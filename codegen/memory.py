@@ -29,23 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from jitgraph.graph import flops
+
 from .fusion import Group
 
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
 PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "gather", "scatter_add")
-
-
-def flops(node):
-    """Rough operation count of one node (multiply-adds count 2)."""
-    if node.op in ("input", "const", "broadcast", "reshape", "transpose", "proj", "stop_gradient"):
-        return 0
-    if node.op == "matmul":
-        a = node.inputs[0]
-        return 2 * int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1])
-    if node.op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
-        return int(node.inputs[0].size)
-    return int(node.size)
 
 
 def nbytes(node):
@@ -129,7 +119,7 @@ class MemoryPlan:
         # could take while a result still points into it
         control_operands = set()
         for n in graph.nodes:
-            if n.dtype == object:
+            if n.kind == "control":
                 control_operands |= {self.root_of(part.resolve(x)).id for x in n.inputs}
         for n in graph.nodes:
             if n.id not in part.materialized or n.op in ("input", "const") or n.id in self.root:
@@ -146,7 +136,7 @@ class MemoryPlan:
             self._assign()
             for o in (graph.outputs if recycle_outputs else ()):
                 r = self.root_of(part.resolve(o))
-                if r.op in ("input", "const") or r.id in self.out_index or r.dtype == object \
+                if r.op in ("input", "const") or r.id in self.out_index or r.kind == "control" \
                         or r.id in control_operands \
                         or r.id not in part.materialized or not self._plannable(r):
                     continue

@@ -1,8 +1,8 @@
 """Run generated kernel source as plain Python (no Numba compile).
 
 `python_kernel(source)` executes a generated module with `njit` as the identity,
-`prange` as `range`, NumPy's own math in place of `codegen.mathlib`, and the
-Python bodies of `codegen.runtime`. The kernel computes the same values, slowly
+`prange` as `range`, NumPy's own math in place of `jitgraph.codegen.mathlib`, and the
+Python bodies of `jitgraph.codegen.runtime`. The kernel computes the same values, slowly
 and without compiling anything: the test suite uses it to run every program of
 the op table through the generated source, and it is a way to step through a
 kernel with pdb. (NUMBA_DISABLE_JIT=1 gives the same for a whole process.)
@@ -27,12 +27,12 @@ runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_fu
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "copy", "slot")})
 
 _IMPORTS = {
-    "from numba import njit, prange": "from codegen.pymode import njit, prange",
-    "from codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh":
-        "from codegen.pymode import exp as _exp, expm1 as _expm1, tanh as _tanh",
-    "from codegen.mathlib import maximum as _max, minimum as _min":
-        "from codegen.pymode import maximum as _max, minimum as _min",
-    "from codegen import runtime as _rt": "from codegen.pymode import runtime as _rt",
+    "from numba import njit, prange": "from jitgraph.codegen.pymode import njit, prange",
+    "from jitgraph.codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh":
+        "from jitgraph.codegen.pymode import exp as _exp, expm1 as _expm1, tanh as _tanh",
+    "from jitgraph.codegen.mathlib import maximum as _max, minimum as _min":
+        "from jitgraph.codegen.pymode import maximum as _max, minimum as _min",
+    "from jitgraph.codegen import runtime as _rt": "from jitgraph.codegen.pymode import runtime as _rt",
 }
 
 

@@ -1,4 +1,5 @@
-"""What both emitters (CPU and CUDA) write the same way: size symbols, dtype names, literals.
+"""What both emitters (CPU and CUDA) write the same way: size symbols, dtype names, literals,
+and the naming contexts of code that becomes a function of its own.
 
 The size numbering is part of the kernels' calling convention: `dims[k]` holds the
 value of symbol `nk`, so both targets must name sizes identically.
@@ -31,13 +32,19 @@ def literal(value, dtype):
 class Sizes:
     """Symbols for sizes: each distinct size > 1, named n0, n1, ... in order of first appearance."""
 
-    def __init__(self, graph):
+    def __init__(self, graph=None, values=()):
         self.sym = {}
-        for node in graph.nodes:
+        for d in values:
+            self.symbol(d)
+        for node in graph.nodes if graph is not None else ():
             for d in node.shape:
-                if d > 1 and d not in self.sym:
-                    self.sym[d] = f"n{len(self.sym)}"
+                self.symbol(d)
         self.values = list(self.sym)
+
+    def symbol(self, d):
+        if d > 1 and d not in self.sym:
+            self.sym[d] = f"n{len(self.sym)}"
+        return self.sym.get(d, str(d))
 
     def __call__(self, d):
         return self.sym.get(d, str(d))
@@ -52,15 +59,56 @@ class Sizes:
         return " * ".join(parts) if parts else "1"
 
 
-# elementwise ops written the same way by every target (operators, comparisons, selects);
-# each emitter adds its math functions (`np.sqrt` on the CPU, `math.sqrt` on the GPU, ...)
-OPERATOR_TEMPLATES = {
-    "neg": "-{0}", "abs": "abs({0})", "stop_gradient": "{0}",
-    "exp": "_exp({0})", "expm1": "_expm1({0})", "tanh": "_tanh({0})",
-    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "pow": "{0} ** {1}", "max": "_max({0}, {1})", "min": "_min({0}, {1})",
-    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
-    "eq": "{0} == {1}", "ne": "{0} != {1}",
-    "and": "{0} & {1}", "or": "{0} | {1}", "not": "not {0}",
-    "where": "{1} if {0} else {2}",
-}
+class RecordingSizes(Sizes):
+    """Sizes for the body of one function: records which symbols it uses (its parameters)."""
+
+    def __init__(self, base):
+        self.base = base
+        self.used = {}         # symbol -> symbol of `base` (the argument passed for it)
+
+    def __call__(self, d):
+        s = self.base(d)
+        if d > 1:
+            self.used[s] = s
+        return s
+
+    def label(self, d):
+        """The symbol of d, for comments (not recorded as used)."""
+        return self.base(d)
+
+
+class LocalSizes(RecordingSizes):
+    """Sizes renumbered from n0 in order of first use: a function's text then depends only on
+    the pattern of its sizes, so functions of equal structure share one compiled body."""
+
+    def __init__(self, base):
+        super().__init__(base)
+        self.sym = {}
+
+    def label(self, d):
+        if d <= 1:
+            return str(d)
+        if d not in self.sym:
+            self.sym[d] = f"n{len(self.sym)}"
+        return self.sym[d]
+
+    def __call__(self, d):
+        s = self.label(d)
+        if d > 1:
+            self.used[s] = self.base(d)
+        return s
+
+
+class LocalNames(dict):
+    """Value names given in order of first use (a, b, ..., z, ba, ...), for code that becomes a
+    function of its own; see `LocalSizes`."""
+
+    def __missing__(self, key):
+        k, s = len(self), ""
+        while True:
+            s = chr(ord("a") + k % 26) + s
+            k //= 26
+            if k == 0:
+                break
+        self[key] = s
+        return s

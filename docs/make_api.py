@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import jitgraph as jg  # noqa: E402
-from codegen.memory import MemoryReport  # noqa: E402
+from jitgraph.codegen.memory import MemoryReport  # noqa: E402
 
 SECTIONS = [
     ("Differentiation and compilation", ["value_and_grad", "grad", "jit_grad", "jit", "hvp", "JitFunction",

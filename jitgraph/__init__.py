@@ -13,23 +13,23 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
     # reads this when its parallel runtime starts; set NUMBA_THREADING_LAYER to choose another.
     _os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
 
-from . import core as _core  # noqa: E402
-from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
-from .control import cond, fori_loop, scan, while_loop
+from ._version import __version__
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
+# the op families register their primitives and NumPy functions when imported
+from .ops import control as _control, elementwise as _elementwise, index as _index  # noqa: F401
+from .ops import linalg as _linalg, reduce as _reduce, shape as _shape  # noqa: F401
+from .ops.control import cond, fori_loop, scan, while_loop
+from .ops.elementwise import sigmoid, stop_gradient
+from .ops.reduce import log_softmax, logsumexp, softmax
+from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
 from .interpreter import evaluate
 from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad, memory_report
 from .remat import MemoryBudgetError, checkpoint
 from . import distributed  # noqa: F401  (Dask is imported only when it is used)
 from .onnx_export import export_onnx
 from .viz import render, to_dot
-from .numpy_api import log_softmax, logsumexp, sigmoid, softmax, stop_gradient
 from .tree import tree_flatten, tree_map, tree_unflatten
-
-_core._install_methods()
-
-__version__ = "0.1.0"
 
 __all__ = [
     "value_and_grad", "grad", "jit", "jit_grad", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",

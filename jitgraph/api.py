@@ -4,12 +4,13 @@ import numbers
 
 import numpy as np
 
-from . import numpy_api as jnp
 from .ad import backward
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph
-from .tree import tree_flatten, tree_unflatten
+from .interpreter import evaluate
+from .numpy_api import ones_like, shape_of, zeros_like
+from .tree import TreeDef, tree_flatten, tree_unflatten
 
 
 def _norm_argnums(argnums, nargs, fname):
@@ -50,7 +51,7 @@ def _check_diff_leaf(value, where_):
 
 
 def _check_loss(out, fname):
-    shape = tuple(jnp.shape_of(out)) if not isinstance(out, (int, float)) else ()
+    shape = tuple(shape_of(out)) if not isinstance(out, (int, float)) else ()
     dtype = out.dtype if isinstance(out, Tensor) else np.asarray(out).dtype
     if shape != () or dtype.kind != "f":
         raise GradError(
@@ -123,11 +124,11 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
         _check_loss(out, fname)
         if isinstance(out, EagerBox) and out._trace is trace:
-            seed = jnp.ones_like(out.value)
+            seed = ones_like(out.value)
             flat = backward(trace.nodes, out.node, wrt, lambda n: trace.values[n.id], seed)
             value = out.value
         else:
-            flat = [jnp.zeros_like(trace.values[n.id]) for n in wrt]
+            flat = [zeros_like(trace.values[n.id]) for n in wrt]
             value = out
         by_arg, k = {}, 0
         for a, td in zip(dict.fromkeys(nums), trees):
@@ -172,7 +173,7 @@ def _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname):
         seed = trace.tracer(trace.const(np.ones((), dtype=out.dtype)))
         flat = backward(trace.nodes[start:], out.node, wrt, trace.tracer, seed)
     else:
-        flat = [jnp.zeros_like(trace.tracer(n)) for n in wrt]
+        flat = [zeros_like(trace.tracer(n)) for n in wrt]
     by_arg, k = {}, 0
     for a, td in zip(dict.fromkeys(nums), trees):
         by_arg[a] = tree_unflatten(td, flat[k:k + td.num_leaves])
@@ -255,7 +256,6 @@ def _leaf_def():
 
 
 def _tuple_def(children):
-    from .tree import TreeDef
     return TreeDef("tuple", None, children)
 
 
@@ -290,6 +290,5 @@ def make_graph(fun, argnums=0, grad=False, has_aux=False):
 
 def eval_graph(graph, *args):
     """Run `graph` with the reference interpreter on pytree arguments; returns fun's structure."""
-    from .interpreter import evaluate
     leaves, _ = tree_flatten(tuple(args))
     return unflatten_outputs(graph, evaluate(graph, *leaves))

@@ -17,9 +17,10 @@ import itertools
 
 import numpy as np
 
-from .errors import JitgraphError, NotSupportedError, TracingError, where
+from .errors import JitgraphError, TracingError, where
+from .dtypes import type_str
 from .graph import Node
-from .prims import PRIMS
+from .ops.registry import METHODS, PRIMS
 
 _levels = itertools.count(1)
 
@@ -29,12 +30,18 @@ class Trace:
         self.level = next(_levels)
 
 
-def bind(op, *args, **params):
-    """Apply primitive `op` to `args` (arrays or Tensors of matching shape/dtype)."""
+def innermost(values):
+    """The innermost trace (highest level) recording any of `values`, or None."""
     top = None
-    for a in args:
+    for a in values:
         if isinstance(a, Tensor) and (top is None or a._trace.level > top.level):
             top = a._trace
+    return top
+
+
+def bind(op, *args, **params):
+    """Apply primitive `op` to `args` (arrays or Tensors of matching shape/dtype)."""
+    top = innermost(args)
     if top is None:
         return PRIMS[op].impl(*args, **params)
     return top.process(op, args, params)
@@ -203,7 +210,13 @@ def _dtype_of(x):
 
 
 class Tensor:
-    """Base of recording values: NumPy protocols, operators and array methods.
+    """Base of recording values: NumPy's protocols, operators and array methods.
+
+    Every operator and method goes through NumPy's own dispatch (`np.add(self,
+    other)` reaches `__array_ufunc__`, `np.sum(self)` reaches
+    `__array_function__`), and from there to the implementation the op families
+    registered (`ops/registry.py`), so a Tensor behaves exactly as the NumPy
+    function called on it.
 
     `weak` marks values that came from Python scalars: like NumPy's Python
     scalars (NEP 50) they do not widen the dtype of arrays they meet.
@@ -211,6 +224,7 @@ class Tensor:
 
     __array_priority__ = 1000
     __slots__ = ("_trace", "node", "weak")
+    __hash__ = object.__hash__
 
     @property
     def shape(self):
@@ -240,50 +254,192 @@ class Tensor:
 
     # NumPy protocols (NEP 13 / NEP 18)
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from . import numpy_api
-        return numpy_api.apply_ufunc(ufunc, method, inputs, kwargs)
+        return METHODS["__array_ufunc__"](ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from . import numpy_api
-        return numpy_api.apply_function(func, args, kwargs)
+        return METHODS["__array_function__"](func, args, kwargs)
 
+    # operators
+    def __add__(self, other):
+        return np.add(self, other)
 
-def _install_methods():
-    from . import numpy_api as api
+    def __radd__(self, other):
+        return np.add(other, self)
 
-    binary = {
-        "add": api.add, "sub": api.subtract, "mul": api.multiply, "truediv": api.divide,
-        "pow": api.power, "matmul": api.matmul, "lt": api.less, "le": api.less_equal,
-        "gt": api.greater, "ge": api.greater_equal, "eq": api.equal, "ne": api.not_equal,
-        "and": api.logical_and, "or": api.logical_or,
-    }
-    for name, fn in binary.items():
-        setattr(Tensor, f"__{name}__", lambda self, other, fn=fn: fn(self, other))
-        if name not in ("lt", "le", "gt", "ge", "eq", "ne"):
-            setattr(Tensor, f"__r{name}__", lambda self, other, fn=fn: fn(other, self))
-    Tensor.__hash__ = object.__hash__
+    def __sub__(self, other):
+        return np.subtract(self, other)
 
-    def _unsupported(name):
-        def f(self, *a):
-            raise NotSupportedError(f"the {name} operator is not supported on traced values{where()}")
-        return f
+    def __rsub__(self, other):
+        return np.subtract(other, self)
 
-    for name, sym in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod"), ("lshift", "<<"),
-                      ("rshift", ">>"), ("xor", "^")):
-        setattr(Tensor, f"__{name}__", _unsupported(sym))
-        setattr(Tensor, f"__r{name}__", _unsupported(sym))
-    Tensor.__neg__ = lambda self: api.negative(self)
-    Tensor.__pos__ = lambda self: self
-    Tensor.__abs__ = lambda self: api.absolute(self)
-    Tensor.__invert__ = lambda self: api.logical_not(self)
-    Tensor.__getitem__ = lambda self, key: api.getitem(self, key)
-    Tensor.T = property(lambda self: api.transpose(self))
-    Tensor.mT = property(lambda self: api.swapaxes(self, -1, -2))
-    for name in ("sum", "mean", "max", "min", "prod", "var", "std", "transpose", "squeeze",
-                 "dot", "ravel", "flatten", "swapaxes", "clip", "astype", "take"):
-        setattr(Tensor, name, getattr(api, f"method_{name}", getattr(api, name, None)))
-    Tensor.reshape = lambda self, *shape, **kw: api.reshape(
-        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape, **kw)
+    def __mul__(self, other):
+        return np.multiply(self, other)
+
+    def __rmul__(self, other):
+        return np.multiply(other, self)
+
+    def __truediv__(self, other):
+        return np.true_divide(self, other)
+
+    def __rtruediv__(self, other):
+        return np.true_divide(other, self)
+
+    def __floordiv__(self, other):
+        return np.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return np.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return np.remainder(self, other)
+
+    def __rmod__(self, other):
+        return np.remainder(other, self)
+
+    def __divmod__(self, other):
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
+    def __pow__(self, other):
+        return np.power(self, other)
+
+    def __rpow__(self, other):
+        return np.power(other, self)
+
+    def __matmul__(self, other):
+        return np.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return np.matmul(other, self)
+
+    def __and__(self, other):
+        return np.bitwise_and(self, other)
+
+    def __rand__(self, other):
+        return np.bitwise_and(other, self)
+
+    def __or__(self, other):
+        return np.bitwise_or(self, other)
+
+    def __ror__(self, other):
+        return np.bitwise_or(other, self)
+
+    def __xor__(self, other):
+        return np.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        return np.bitwise_xor(other, self)
+
+    def __lshift__(self, other):
+        return np.left_shift(self, other)
+
+    def __rlshift__(self, other):
+        return np.left_shift(other, self)
+
+    def __rshift__(self, other):
+        return np.right_shift(self, other)
+
+    def __rrshift__(self, other):
+        return np.right_shift(other, self)
+
+    def __lt__(self, other):
+        return np.less(self, other)
+
+    def __le__(self, other):
+        return np.less_equal(self, other)
+
+    def __gt__(self, other):
+        return np.greater(self, other)
+
+    def __ge__(self, other):
+        return np.greater_equal(self, other)
+
+    def __eq__(self, other):
+        return np.equal(self, other)
+
+    def __ne__(self, other):
+        return np.not_equal(self, other)
+
+    def __neg__(self):
+        return np.negative(self)
+
+    def __pos__(self):
+        return np.positive(self)
+
+    def __abs__(self):
+        return np.absolute(self)
+
+    def __invert__(self):
+        return np.invert(self)
+
+    def __getitem__(self, key):
+        return METHODS["getitem"](self, key)
+
+    # array methods: the NumPy function of the same name
+    @property
+    def T(self):
+        return np.transpose(self)
+
+    @property
+    def mT(self):
+        return np.swapaxes(self, -1, -2)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return np.sum(self, axis, dtype, out, keepdims, **kw)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return np.prod(self, axis, dtype, out, keepdims, **kw)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return np.mean(self, axis, dtype, out, keepdims, **kw)
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        return np.var(self, axis, dtype, out, ddof, keepdims, **kw)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        return np.std(self, axis, dtype, out, ddof, keepdims, **kw)
+
+    def max(self, axis=None, out=None, keepdims=False, **kw):
+        return np.max(self, axis, out, keepdims, **kw)
+
+    def min(self, axis=None, out=None, keepdims=False, **kw):
+        return np.min(self, axis, out, keepdims, **kw)
+
+    def reshape(self, *shape, order="C", **kw):
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return np.reshape(self, shape, order=order, **kw)
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0]
+        return np.transpose(self, axes if axes else None)
+
+    def swapaxes(self, axis1, axis2):
+        return np.swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis)
+
+    def ravel(self, order="C"):
+        return np.ravel(self, order)
+
+    def flatten(self, order="C"):
+        return np.ravel(self, order)
+
+    def dot(self, b, out=None):
+        return np.dot(self, b, out)
+
+    def clip(self, min=None, max=None, out=None, **kw):
+        return np.clip(self, min, max, out, **kw)
+
+    def take(self, indices, axis=None, out=None, mode=None):
+        return np.take(self, indices, axis, out, mode)
+
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        return METHODS["astype"](self, dtype, order, casting, subok, copy)
 
 
 class Tracer(Tensor):
@@ -326,7 +482,6 @@ class Tracer(Tensor):
         self._concrete(".tolist()")
 
     def __repr__(self):
-        from .graph import type_str
         return f"Tracer<{type_str(self.shape, self.dtype)}>"
 
 

@@ -10,22 +10,12 @@ import itertools
 
 import numpy as np
 
+from .dtypes import type_str
 from .errors import JitgraphError
+from .ops.registry import PRIMS
+from .viz import to_dot
 
 _ids = itertools.count()
-
-DTYPE_ABBREV = {
-    "float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32",
-    "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "bool",
-}
-
-
-def type_str(shape, dtype, dims=str):
-    if np.dtype(dtype) == object:
-        return "tuple"
-    dims = ",".join(dims(d) for d in shape)
-    return f"{DTYPE_ABBREV.get(np.dtype(dtype).name, np.dtype(dtype).name)}[{dims}]"
-
 
 class Node:
     """One value of the graph: `op` applied to `inputs` with static `params`.
@@ -56,11 +46,21 @@ class Node:
         return len(self.shape)
 
     @property
+    def kind(self):
+        """"input", "const", or the kind of its primitive ("elementwise", "control", ...)."""
+        return self.op if self.op in ("input", "const") else PRIMS[self.op].kind
+
+    @property
     def size(self):
         return int(np.prod(self.shape, dtype=np.int64))
 
     def __repr__(self):
         return f"<Node {self.op} {type_str(self.shape, self.dtype)} #{self.id}>"
+
+
+def flops(node):
+    """A rough operation count of one node (multiply-adds count 2)."""
+    return 0 if node.op in ("input", "const") else PRIMS[node.op].flops(node)
 
 
 def _fmt_param(v):
@@ -196,7 +196,6 @@ class Graph:
 
     def to_dot(self, **kw):
         """Graphviz DOT text of this graph; keyword arguments as for `jitgraph.viz.to_dot`."""
-        from .viz import to_dot
         return to_dot(self, **kw)
 
     def verify(self):
@@ -206,8 +205,6 @@ class Graph:
         primitive's shape rule and raises `JitgraphError` on any mismatch.
         Returns the graph, so `make_graph(...)(...).verify()` chains.
         """
-        from .prims import PRIMS
-
         defined = set()
         for n in self.inputs:
             if n.op != "input":

@@ -1,7 +1,7 @@
 """The reference interpreter: runs any Graph with NumPy. The oracle for every backend."""
 import numpy as np
 
-from .prims import PRIMS
+from .ops.registry import PRIMS
 
 
 def run_graph(graph, args, apply):
@@ -19,9 +19,10 @@ def run_graph(graph, args, apply):
 
 
 def _apply_impl(node, values):
-    value = PRIMS[node.op].impl(*values, **node.p)
+    prim = PRIMS[node.op]
+    value = prim.impl(*values, **node.p)
     # a control node's value is a tuple, read by its proj nodes
-    return value if node.dtype == object else np.asarray(value)
+    return value if prim.kind == "control" else np.asarray(value)
 
 
 def evaluate(graph, *flat_args):

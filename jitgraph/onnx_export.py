@@ -40,6 +40,7 @@ inside the model, so a model in Netron reads like the printed graph.
 
 `onnx` is imported only when exporting (`pip install jitgraph[onnx]`).
 """
+import ast
 import inspect
 import itertools
 import os
@@ -47,13 +48,16 @@ import uuid
 
 import numpy as np
 
+from ._version import __version__
+from .api import trace_graph
 from .errors import NotSupportedError
 from .graph import Graph
+from .ops import scalar
+from .ops.registry import PRIMS
 from .tree import tree_flatten
 
 DEFAULT_OPSET = 18
 MIN_OPSET = 13          # ReduceSum axes and Pad pads are inputs from here on
-CONTROL_FLOW_OPS = ("cond", "fori_loop", "scan", "while_loop", "while", "proj")
 
 _INT64_MIN = -(2 ** 63)
 
@@ -69,19 +73,7 @@ def _import_onnx():
     return onnx, helper, numpy_helper
 
 
-# ---- locations and errors --------------------------------------------------------------
-def _node_location(node):
-    """' (at FILE:LINE: source)' for a node that records the user line that created it, else ''."""
-    loc = getattr(node, "loc", None)
-    if not loc:
-        return ""
-    if isinstance(loc, str):
-        return f" (at {loc})"
-    fname, lineno, *rest = loc
-    line = rest[0] if rest else ""
-    return f" (at {fname}:{lineno}: {line})" if line else f" (at {fname}:{lineno})"
-
-
+# ---- errors ----------------------------------------------------------------------------------
 def _unsupported_error(nodes, names):
     """One NotSupportedError naming every op of `nodes` (first occurrence and its location)."""
     first = {}
@@ -89,12 +81,9 @@ def _unsupported_error(nodes, names):
         first.setdefault(n.op, n)
     parts = []
     for op, n in first.items():
-        where_ = _node_location(n)
-        if op in CONTROL_FLOW_OPS:
-            parts.append(f"control-flow op '{op}' (value {names.get(n.id, '?')}){where_} has no ONNX "
-                         "mapping (only the IR ops cond, scan, while and proj map, to If/Loop)")
-        else:
-            parts.append(f"op '{op}' (value {names.get(n.id, '?')}){where_} has no ONNX mapping")
+        why = PRIMS[op].onnx if op in PRIMS else None
+        parts.append(f"op '{op}' (value {names.get(n.id, '?')}) has no ONNX mapping"
+                     + (f": {why}" if why else ""))
     return NotSupportedError("ONNX export failed: " + "; ".join(parts))
 
 
@@ -193,34 +182,92 @@ def _is_float(dtype):
     return np.dtype(dtype).kind == "f"
 
 
-_SIMPLE = {
-    "abs": "Abs", "sign": "Sign", "sqrt": "Sqrt", "exp": "Exp", "log": "Log",
-    "sin": "Sin", "cos": "Cos", "tan": "Tan", "tanh": "Tanh", "sinh": "Sinh", "cosh": "Cosh",
-    "arctan": "Atan", "stop_gradient": "Identity",
-    "add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow", "matmul": "MatMul",
-}
+@_emits("matmul")
+def _matmul(b, node, ins, out):
+    b.op("MatMul", ins, out)
 
 
-@_emits(*_SIMPLE)
-def _simple(b, node, ins, out):
-    b.op(_SIMPLE[node.op], ins, out)
+# ---- elementwise primitives: from their scalar expression (ops/scalar.py) ------------------------
+_BINARY = {ast.Add: "Add", ast.Sub: "Sub", ast.Mult: "Mul", ast.Div: "Div", ast.Pow: "Pow",
+           ast.BitAnd: "And", ast.BitOr: "Or"}
+_COMPARE = {ast.Lt: "Less", ast.LtE: "LessOrEqual", ast.Gt: "Greater", ast.GtE: "GreaterOrEqual",
+            ast.Eq: "Equal", ast.NotEq: "Equal"}
 
 
-@_emits("neg")
-def _neg(b, node, ins, out):
-    if node.dtype.kind == "u":      # ONNX Neg has no unsigned types; 0 - x wraps like NumPy
-        b.op("Sub", [b.const(0, node.dtype), ins[0]], out)
-    else:
-        b.op("Neg", ins, out)
+def _expression(b, node, ins, out):
+    """An elementwise node as ONNX operators: its primitive's scalar expression (or the
+    equivalent `export_expr`), each function mapped to the ONNX operator the scalar language
+    names for it. Constants take the dtype the operation computes in."""
+    prim = PRIMS[node.op]
+    dtype = scalar.compute_dtype([x.dtype for x in node.inputs], node.dtype)
+    operands = {scalar.arg(k): (name, x.dtype) for k, (name, x) in enumerate(zip(ins, node.inputs))}
+    tree = scalar.parse(prim.export_expr or prim.template(node.p)).body
+    name, dt = _expr(b, tree, operands, dtype, node, out if tree.__class__ is not ast.Name else None)
+    if dt != node.dtype:
+        name = b.cast(name, dt, node.dtype)
+    if name != out:
+        b.op("Identity", [name], out)
 
 
-@_emits("div")
-def _div(b, node, ins, out):
-    if not _is_float(node.dtype):
-        # ONNX Div truncates integers; NumPy's true division would not
-        raise NotSupportedError(f"ONNX export: div of {node.dtype.name} operands has no exact ONNX "
-                                f"mapping{_node_location(node)}")
-    b.op("Div", ins, out)
+def _expr(b, e, operands, dtype, node, out=None):
+    """(value name, dtype) of expression tree `e`; `out` names the root's value."""
+    if isinstance(e, ast.Name):
+        return operands[e.id]
+    if isinstance(e, ast.Constant):
+        dt = np.dtype(bool) if isinstance(e.value, bool) else dtype
+        return b.const(e.value, dt), dt
+    if isinstance(e, ast.BinOp):
+        (x, dx), (y, _) = _expr(b, e.left, operands, dtype, node), _expr(b, e.right, operands, dtype, node)
+        if isinstance(e.op, ast.Div) and dx.kind != "f":
+            # ONNX Div truncates integers; NumPy's true division would not
+            raise NotSupportedError(f"ONNX export: {node.op} of {dx.name} operands has no exact ONNX mapping")
+        if type(e.op) not in _BINARY:
+            raise NotSupportedError(f"ONNX export: {node.op} uses {type(e.op).__name__}, which has no "
+                                    "ONNX mapping")
+        return b.op(_BINARY[type(e.op)], [x, y], out), dx
+    if isinstance(e, ast.UnaryOp):
+        x, dx = _expr(b, e.operand, operands, dtype, node)
+        if isinstance(e.op, ast.USub):
+            if dx.kind == "u":      # ONNX Neg has no unsigned types; 0 - x wraps like NumPy
+                return b.op("Sub", [b.const(0, dx), x], out), dx
+            return b.op("Neg", [x], out), dx
+        return b.op("Not", [b.cast(x, dx, np.bool_)], out), np.dtype(bool)
+    if isinstance(e, ast.Compare):
+        (x, dx), (y, dy) = _expr(b, e.left, operands, dtype, node), _expr(b, e.comparators[0], operands,
+                                                                           dtype, node)
+        op = type(e.ops[0])
+        if dx == np.bool_ and op not in (ast.Eq, ast.NotEq):
+            # ONNX orderings have no bool type; False < True as 0 < 1
+            x, y = b.cast(x, dx, np.uint8), b.cast(y, dy, np.uint8)
+        if op is ast.NotEq:
+            return b.op("Not", [b.op("Equal", [x, y])], out), np.dtype(bool)
+        return b.op(_COMPARE[op], [x, y], out), np.dtype(bool)
+    if isinstance(e, ast.IfExp):
+        c, dc = _expr(b, e.test, operands, dtype, node)
+        (x, dx), (y, _) = _expr(b, e.body, operands, dtype, node), _expr(b, e.orelse, operands, dtype, node)
+        return b.op("Where", [b.cast(c, dc, np.bool_), x, y], out), dx
+    if isinstance(e, ast.Call):
+        args = [_expr(b, a, operands, dtype, node) for a in e.args]
+        fn = e.func.id
+        if fn == "T" or fn in scalar.DTYPES:
+            to = dtype if fn == "T" else np.dtype(fn)
+            return b.cast(args[0][0], args[0][1], to) if out is None else \
+                b.op("Cast", [args[0][0]], out, to=b.tensor_type(to)), to
+        op = scalar.FUNCTIONS[fn].onnx
+        if op is None:
+            raise NotSupportedError(f"ONNX export: {node.op} uses {fn}, which ONNX has no operator for")
+        result_dt = np.dtype(bool) if op in ("IsNaN", "IsInf") else args[0][1]
+        return b.op(op, [a for a, _ in args], out), result_dt
+    raise NotSupportedError(f"ONNX export: {node.op}'s expression has no ONNX mapping")
+
+
+def _exportable(prim):
+    """Can an elementwise primitive be exported from its expression? (An expression made per
+    node from its params is checked when it is exported.)"""
+    if prim.kind != "elementwise" or prim.onnx is not None:
+        return False
+    template = prim.export_expr or prim.expr
+    return callable(template) or all(scalar.FUNCTIONS[f].onnx for f in scalar.functions_used(template))
 
 
 @_emits("expm1")
@@ -267,7 +314,7 @@ def _integer_pow(b, node, ins, out):
         b.op("Reciprocal", [x], out)
     elif p < 0 and not _is_float(node.dtype):
         raise NotSupportedError(f"ONNX export: integer_pow with p={p} on {node.dtype.name} "
-                                f"(NumPy raises for negative integer powers){_node_location(node)}")
+                                f"(NumPy raises for negative integer powers)")
     else:
         b.op("Pow", [x, b.const(p, node.dtype)], out)
 
@@ -288,52 +335,6 @@ def _maxmin(b, node, ins, out):
         b.op("Where", [take_a, a, c], out)
     else:
         b.op(onnx_op, ins, out)
-
-
-_COMPARE = {"lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual"}
-
-
-@_emits(*_COMPARE)
-def _compare(b, node, ins, out):
-    dt = node.inputs[0].dtype
-    if dt == np.bool_:              # ONNX orderings have no bool type; False < True as 0 < 1
-        ins = [b.cast(i, dt, np.uint8) for i in ins]
-    b.op(_COMPARE[node.op], ins, out)
-
-
-@_emits("eq")
-def _eq(b, node, ins, out):
-    b.op("Equal", ins, out)
-
-
-@_emits("ne")
-def _ne(b, node, ins, out):
-    b.op("Not", [b.op("Equal", ins)], out)
-
-
-@_emits("and", "or")
-def _logical(b, node, ins, out):
-    ins = [b.cast(i, x.dtype, np.bool_) for i, x in zip(ins, node.inputs)]
-    b.op("And" if node.op == "and" else "Or", ins, out)
-
-
-@_emits("not")
-def _not(b, node, ins, out):
-    b.op("Not", [b.cast(ins[0], node.inputs[0].dtype, np.bool_)], out)
-
-
-@_emits("where")
-def _where(b, node, ins, out):
-    b.op("Where", [b.cast(ins[0], node.inputs[0].dtype, np.bool_), ins[1], ins[2]], out)
-
-
-@_emits("cast")
-def _cast(b, node, ins, out):
-    if node.inputs[0].dtype == node.dtype:
-        b.op("Identity", ins, out)
-    else:
-        # float -> bool is x != 0 (NaN -> True) in both NumPy and ONNX; float -> int truncates
-        b.op("Cast", ins, out, to=b.tensor_type(node.dtype))
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -486,7 +487,7 @@ def _scatter_add(b, node, ins, out):
     if b.opset < 16:
         raise NotSupportedError(f"ONNX export: scatter_add (the gradient of indexing) needs opset >= 16 "
                                 f"for ScatterElements(reduction='add'), got opset {b.opset}"
-                                f"{_node_location(node)}")
+                                f"")
     g, idx = node.inputs
     axis = int(node.p["axis"])
     k = idx.ndim
@@ -556,7 +557,7 @@ def _cond(b, node, ins, used):
     avals = _out_avals(node)
     if not avals:
         raise NotSupportedError(f"ONNX export: a cond with no outputs (ONNX If needs at least one)"
-                                f"{_node_location(node)}")
+                                f"")
     false_graph, true_graph = node.p["branches"]
     attrs = {}
     for attr, g, role in (("then_branch", true_graph, "true"), ("else_branch", false_graph, "false")):
@@ -659,22 +660,24 @@ def _subgraphs(node):
             yield from (g for g in v if isinstance(g, Graph))
 
 
-def _unmapped_nodes(graph):
+def _unmapped_nodes(graph, supported=None):
     """Nodes of `graph` and of its subgraphs (recursively) that have no ONNX mapping."""
+    supported = supported_ops() if supported is None else supported
     out = []
     for n in graph.nodes:
         if n.op in ("input", "const"):
             continue
-        if n.op not in _EMITTERS and n.op not in _CONTROL_EMITTERS:
+        if n.op not in supported:
             out.append(n)
         for g in _subgraphs(n):
-            out += _unmapped_nodes(g)
+            out += _unmapped_nodes(g, supported)
     return out
 
 
 def supported_ops():
     """The primitive names `graph_to_onnx` can export."""
-    return frozenset(_EMITTERS) | frozenset(_CONTROL_EMITTERS)
+    by_expression = {name for name, prim in PRIMS.items() if _exportable(prim)}
+    return frozenset(_EMITTERS) | frozenset(_CONTROL_EMITTERS) | by_expression
 
 
 def _emit_graph(b, graph, value, direct=None, prefix=""):
@@ -700,7 +703,7 @@ def _emit_graph(b, graph, value, direct=None, prefix=""):
             value[node.id] = labels[node.id] = b.initializer(node.value, b.fresh(ir))
             continue
         ins = [value[i.id] for i in node.inputs]
-        control = node.dtype == object
+        control = node.kind == "control"
         out = None if control else direct.get(node.id) or b.fresh(ir)
         labels[node.id] = ir if control else out
         # the doc string is the IR line spelled with the model's value names
@@ -709,7 +712,7 @@ def _emit_graph(b, graph, value, direct=None, prefix=""):
             value[node.id] = _CONTROL_EMITTERS[node.op](b, node, ins, proj_used.get(node.id, set()))
             continue
         value[node.id] = out
-        _EMITTERS[node.op](b, node, ins, out)
+        _EMITTERS.get(node.op, _expression)(b, node, ins, out)
         if node.id not in direct:
             value_info.append(b.value_info(out, node.shape, node.dtype))
     b.scope, b.doc = "", ""
@@ -806,10 +809,8 @@ def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=N
         doc_string=("joint forward+backward graph" if graph.meta.get("grad") else "forward graph")
         + f" of {gname}, traced by jitgraph")
     opsets = [helper.make_opsetid("", opset)]
-    import jitgraph
     model = helper.make_model(
-        onnx_graph, opset_imports=opsets, producer_name="jitgraph",
-        producer_version=getattr(jitgraph, "__version__", ""),
+        onnx_graph, opset_imports=opsets, producer_name="jitgraph", producer_version=__version__,
         ir_version=helper.find_min_ir_version_for(opsets))
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -896,8 +897,6 @@ def export_onnx(fun, *example_args, path=None, gradient=False, argnums=0, has_au
         ModuleNotFoundError: the `onnx` package is missing (`pip install jitgraph[onnx]`).
     """
     _import_onnx()
-    from .api import trace_graph
-
     graph = trace_graph(fun, example_args, argnums, has_aux, grad=gradient)
     model = graph_to_onnx(graph, input_names=argument_input_names(fun, example_args), opset=opset)
     if path is None:

@@ -32,9 +32,9 @@ needs them, are stored.
 import functools
 import math
 
-from .core import GraphTrace, Tensor
+from .core import GraphTrace, Tensor, innermost
 from .errors import JitgraphError
-from .graph import Graph, Node
+from .graph import Graph, Node, flops
 from .tree import tree_flatten
 
 _VIEW_OPS = ("input", "const", "broadcast", "reshape", "transpose")
@@ -56,11 +56,8 @@ def checkpoint(fun):
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
-        trace = None
-        for leaf in tree_flatten((args, kwargs))[0]:
-            if isinstance(leaf, Tensor) and isinstance(leaf._trace, GraphTrace):
-                if trace is None or leaf._trace.level > trace.level:
-                    trace = leaf._trace
+        trace = innermost([leaf for leaf in tree_flatten((args, kwargs))[0]
+                           if isinstance(leaf, Tensor) and isinstance(leaf._trace, GraphTrace)])
         if trace is None:
             return fun(*args, **kwargs)
         prev = trace.region
@@ -225,7 +222,6 @@ def rematerialize(graph, cuts=(), recompute_segments=None, fwd=None):
         if n.id in graph.adjoint_ids:
             new[n.id] = Node(n.op, [mapped(x) for x in n.inputs], n.params, n.shape, n.dtype, n.value)
     outputs = [new.get(o.id, o) for o in graph.outputs]
-    from codegen.memory import flops
     meta = dict(graph.meta)
     n_segments = (len(cuts) + 1 if cuts else 0) + len(set(regions.values()))
     meta["remat"] = dict(meta.get("remat") or {}, segments=n_segments, recomputed_nodes=len(clones),

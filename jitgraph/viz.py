@@ -22,7 +22,7 @@ import subprocess
 import uuid
 
 from .errors import JitgraphError
-from .graph import type_str
+from .dtypes import type_str
 
 # role -> node attributes; roles are also written as the `class` attribute (used by SVG output)
 STYLES = {

@@ -14,7 +14,7 @@ import pytest
 
 import jitgraph as jg
 from threads import run_in_threads
-from codegen import build
+from jitgraph.codegen import build
 from jitgraph.jit import RetraceWarning
 
 pytestmark = pytest.mark.xdist_group("cache")

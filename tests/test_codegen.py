@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-import codegen
+from jitgraph import codegen
 import jitgraph as jg
-from codegen import mathlib
+from jitgraph.codegen import mathlib
 from golden_files import assert_golden
 from jitgraph.bench import WORKLOADS
 SMALL = dict(w1=dict(n=1000), w2=dict(B=16, D=8, H=12, C=5), w3=dict(n=17), w4=dict(n=100),

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-import codegen
+from jitgraph import codegen
 import jitgraph as jg
 from golden_files import assert_golden
 from jitgraph.bench import WORKLOADS
@@ -44,7 +44,7 @@ NO_DEVICE = {"test_no_device_is_a_clear_error", "test_missing_numba_cuda_says_ho
 
 @pytest.fixture(scope="module")
 def _unavailable():
-    from codegen.emit_cuda import cuda_unavailable_reason
+    from jitgraph.codegen.emit_cuda import cuda_unavailable_reason
     return cuda_unavailable_reason()
 
 
@@ -141,7 +141,7 @@ def test_table_batches_cover_every_primitive():
     for entries in BATCHES:
         loss, flat, argnums = _batched(entries, np.float64)
         ops |= {n.op for n in jg.trace_graph(loss, flat, argnums, True, True).nodes}
-    from jitgraph.prims import PRIMS
+    from jitgraph.ops.registry import PRIMS
     kinds = ("elementwise", "reduce", "shape", "index", "matmul")
     missing = {name for name, p in PRIMS.items() if p.kind in kinds} - ops
     assert not missing, missing
@@ -263,7 +263,7 @@ def test_results_are_deterministic():
 
 def test_device_inputs_give_device_results():
     from numba import cuda
-    from codegen import cuda_runtime
+    from jitgraph.codegen import cuda_runtime
     graph, args = _w6_graph()
     prog, host = run_cuda(graph, args)
     dev = [cuda.to_device(a) for a in args]
@@ -303,7 +303,7 @@ def test_gather_index_out_of_bounds_raises():
 # ---- errors without CUDA ----------------------------------------------------------------------------------------
 def test_no_device_is_a_clear_error(monkeypatch):
     from numba import cuda
-    from codegen.emit_cuda import CudaUnavailableError
+    from jitgraph.codegen.emit_cuda import CudaUnavailableError
     monkeypatch.setattr(cuda, "is_available", lambda: False)   # as on a machine without a GPU
     graph = jg.trace_graph(lambda x: np.sum(x * x), (np.ones(3),), 0, False, True)
     with pytest.raises(CudaUnavailableError, match="NUMBA_ENABLE_CUDASIM=1") as info:
@@ -316,7 +316,7 @@ def test_no_device_is_a_clear_error(monkeypatch):
 
 
 def test_missing_numba_cuda_says_how_to_install(monkeypatch):
-    from codegen.emit_cuda import CudaUnavailableError
+    from jitgraph.codegen.emit_cuda import CudaUnavailableError
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "numba_cuda" else real(name, *a))
@@ -338,7 +338,7 @@ def test_control_flow_is_a_clear_error():
 
 
 def test_importing_jitgraph_does_not_import_numba_cuda():
-    code = ("import sys, jitgraph, codegen, codegen.emit_cuda; "
+    code = ("import sys, jitgraph, jitgraph.codegen, jitgraph.codegen.emit_cuda; "
             "bad = [m for m in sys.modules if m.startswith(('numba.cuda', 'numba_cuda'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -359,7 +359,7 @@ GOLDEN_CASES = {
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_golden_source(case):
     """Emitted CUDA source is stable; set JITGRAPH_UPDATE_GOLDEN=1 to rewrite after a deliberate change."""
-    from codegen.emit_cuda import generate_cuda
+    from jitgraph.codegen.emit_cuda import generate_cuda
     fn, argnums, make = GOLDEN_CASES[case]
     graph = jg.make_graph(fn, argnums=argnums, grad=True)(*make())
     _, src, _ = generate_cuda(graph, tpb=8)
@@ -435,7 +435,7 @@ def test_simulator_shared_arrays_are_one_per_block():
     # released together by a barrier then allocate at once: unpatched, about 1 launch in 150
     # reduced over two different arrays)
     from numba.cuda.simulator import kernelapi
-    from codegen import cuda_runtime
+    from jitgraph.codegen import cuda_runtime
     if not cuda_runtime.SIM:
         pytest.skip("simulator only")
     assert getattr(kernelapi.FakeCUDAShared.array, "_jitgraph_locked", False)

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import codegen
+from jitgraph import codegen
 import jitgraph as jg
-from codegen.memory import MemoryPlan
-from codegen.source import Sizes
+from jitgraph.codegen.memory import MemoryPlan
+from jitgraph.codegen.source import Sizes
 from jitgraph.api import trace_graph
 from jitgraph.remat import _Forward, rematerialize, segments_for
 from threads import run_in_threads

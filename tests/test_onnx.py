@@ -19,8 +19,10 @@ from jitgraph import onnx_export
 from jitgraph.errors import NotSupportedError
 from jitgraph.graph import Graph, Node
 from jitgraph.interpreter import evaluate
-from jitgraph.onnx_export import CONTROL_FLOW_OPS, export_onnx, graph_to_onnx, supported_ops
-from jitgraph.prims import PRIMS
+from jitgraph import onnx_export
+from jitgraph.onnx_export import export_onnx, graph_to_onnx, supported_ops
+from jitgraph.ops import registry
+PRIMS = registry.PRIMS
 from jitgraph.tree import tree_flatten
 
 from test_ops import TABLE, _id, _sample, diff_argnums, make_args
@@ -281,7 +283,7 @@ def test_scan_gradient_has_reversed_loop_with_history(dtype):
 
 
 def test_unmapped_op_inside_a_loop_body_is_named(monkeypatch):
-    monkeypatch.delitem(onnx_export._EMITTERS, "tanh")
+    monkeypatch.setattr(PRIMS["tanh"], "onnx", "not exportable, for this test")
     with pytest.raises(NotSupportedError, match="'tanh'"):
         export_onnx(lambda x: jg.fori_loop(0, 3, lambda i, c: np.tanh(c), x), np.ones(3))
 
@@ -422,7 +424,7 @@ def test_writes_file_atomically(tmp_path):
 
 # ---- errors ---------------------------------------------------------------------------------------
 def test_unmappable_op_raises_and_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.delitem(onnx_export._EMITTERS, "tanh")
+    monkeypatch.setattr(PRIMS["tanh"], "onnx", "not exportable, for this test")
     path = tmp_path / "m.onnx"
     with pytest.raises(NotSupportedError, match="'tanh'"):
         export_onnx(lambda x: np.tanh(x) * 2.0, np.ones(3), path=path)
@@ -434,26 +436,19 @@ def test_unmappable_op_raises_and_writes_nothing(tmp_path, monkeypatch):
     assert path.read_bytes() == b"previous model" and os.listdir(tmp_path) == ["m.onnx"]
 
 
-class _LocNode(Node):
-    """A node that records the user line that created it."""
-    __slots__ = ("loc",)
-
-
-@pytest.mark.parametrize("op", ["fori_loop", "while_loop"])
-def test_control_flow_is_named_with_its_line(op, tmp_path, monkeypatch):
-    """Control-flow names that are not IR ops (the IR has cond, scan, while) are still named."""
-    assert op in CONTROL_FLOW_OPS and op not in supported_ops()
+def test_an_op_marked_not_exportable_is_named_with_the_reason(tmp_path, monkeypatch):
+    """A primitive with an explicit not-exportable mark fails export with the op, the value and
+    the reason, and writes nothing."""
+    prim = registry.Primitive("fancy", "elementwise", lambda x: x, lambda x: x, registry.ZERO_GRADIENT,
+                              expr="{0}", onnx="it has no ONNX operator")
+    monkeypatch.setitem(registry.PRIMS, "fancy", prim)
     x = Node("input", [], {"index": 0}, (3,), np.float64)
-    y = _LocNode(op, [x], {}, (3,), np.float64)
-    y.loc = ("model.py", 12, "y = jg.cond(p, f, g, x)")
-    graph = Graph([x], [Node("exp", [y], {}, (3,), np.float64)])
-    with pytest.raises(NotSupportedError, match=f"control-flow op '{op}'") as info:
+    graph = Graph([x], [Node("exp", [Node("fancy", [x], {}, (3,), np.float64)], {}, (3,), np.float64)])
+    with pytest.raises(NotSupportedError, match="op 'fancy' .*has no ONNX mapping: it has no ONNX operator"):
         graph_to_onnx(graph)
-    assert "model.py:12: y = jg.cond(p, f, g, x)" in str(info.value)
-
-    monkeypatch.setattr(jg.api, "trace_graph", lambda *a, **k: graph)
-    path = tmp_path / "cf.onnx"
-    with pytest.raises(NotSupportedError, match=op):
+    monkeypatch.setattr(onnx_export, "trace_graph", lambda *a, **k: graph)
+    path = tmp_path / "m.onnx"
+    with pytest.raises(NotSupportedError, match="fancy"):
         export_onnx(lambda x: x, np.ones(3), path=path)
     assert not path.exists()
 

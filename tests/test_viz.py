@@ -149,7 +149,7 @@ def test_legend_lists_roles_present(joint):
 
 
 def test_fusion_groups_are_clusters():
-    from codegen import generate
+    from jitgraph.codegen import generate
 
     graph = jg.make_graph(mlp_loss, argnums=(0, 1), grad=True)(*mlp_args())
     part, _, _ = generate(graph)                  # partition and source; nothing is compiled

@@ -18,11 +18,15 @@ of gradients work too.
 """
 import numpy as np
 
-from .core import EagerBox, GraphTrace, Tensor, Tracer, bind
-from .errors import GradError, ShapeError, TracingError
-from .graph import Graph, Node
-from .prims import PRIMS, Prim
-from .tree import tree_flatten, tree_unflatten
+from ..ad import backward_multi
+from ..core import EagerBox, GraphTrace, Tensor, Tracer, bind, innermost
+from ..errors import ShapeError, TracingError
+from ..graph import Graph, Node
+from ..interpreter import evaluate, run_graph
+from ..numpy_api import cast, zeros_like
+from ..tree import tree_flatten, tree_unflatten
+from .registry import TUPLE_ELEMENT, NoGradient, register
+from .shape import stack
 
 TUPLE = np.dtype(object)     # the dtype of a control node's value: a tuple of arrays
 
@@ -97,11 +101,7 @@ def _trace_bodies(operands, bodies):
 def _bind_control(op, inputs, params, out_avals):
     """Append control node `op` to the innermost trace; returns its outputs as tracers."""
     params = dict(params, out_avals=tuple((tuple(s), np.dtype(d)) for s, d in out_avals))
-    top = None
-    for a in inputs:
-        if isinstance(a, Tensor) and (top is None or a._trace.level > top.level):
-            top = a._trace
-    t = top.process(op, inputs, params)
+    t = innermost(inputs).process(op, inputs, params)
     return [bind("proj", t, index=k, shape=tuple(s), dtype=np.dtype(d))
             for k, (s, d) in enumerate(out_avals)]
 
@@ -154,8 +154,7 @@ def cond(pred, true_fun, false_fun, *operands):
     pred_shape = tuple(np.shape(pred)) if not isinstance(pred, Tensor) else tuple(pred.shape)
     if pred_shape != ():
         raise ShapeError(f"cond's predicate must be a scalar, got shape {pred_shape}")
-    from . import numpy_api as jnp
-    p = jnp.cast(pred, np.dtype(bool)) if np.dtype(_aval(pred)[1]) != bool else pred
+    p = cast(pred, np.dtype(bool)) if np.dtype(_aval(pred)[1]) != bool else pred
     # both branches take the operands, then everything either one captured
     caps = _merge_captures(ct, cf)
     gt = _with_inputs(gt, len(leaves), ct, caps)
@@ -223,9 +222,8 @@ def fori_loop(lower, upper, body_fun, init_val):
         i, u, val = c
         return i + 1, u, body_fun(i, val)
 
-    from . import numpy_api as jnp
-    i0 = jnp.cast(lower, np.dtype(np.int64)) if isinstance(lower, Tensor) else np.int64(lower)
-    u0 = jnp.cast(upper, np.dtype(np.int64)) if isinstance(upper, Tensor) else np.int64(upper)
+    i0 = cast(lower, np.dtype(np.int64)) if isinstance(lower, Tensor) else np.int64(lower)
+    u0 = cast(upper, np.dtype(np.int64)) if isinstance(upper, Tensor) else np.int64(upper)
     return _while(cond_fun, wbody, (i0, u0, init_val), "fori_loop")[2]
 
 
@@ -262,7 +260,6 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         return new, y
 
     def run_python():
-        from . import numpy_api as jnp
         carry, ys = init, []
         order = range(T - 1, -1, -1) if reverse else range(T)
         for p in order:
@@ -275,7 +272,7 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         if not ys or not y_leaves0:
             return carry, (ys[0] if ys else None)
         trees = [tree_flatten(y) for y in ys]
-        stacked = [jnp.stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
+        stacked = [stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
         return carry, tree_unflatten(trees[0][1], stacked)
 
     traced = _trace_bodies(init_leaves + x_leaves,
@@ -379,13 +376,8 @@ def _tuple_abs(*avals, **params):
     return (), TUPLE
 
 
-def _evaluate(graph, *args):
-    from .interpreter import evaluate
-    return evaluate(graph, *args)
-
-
 def _cond_impl(pred, *ops, branches, out_avals):
-    return tuple(_evaluate(branches[int(bool(pred))], *ops))
+    return tuple(evaluate(branches[int(bool(pred))], *ops))
 
 
 def _scan_impl(*args, body, length, reverse, start, n_consts, n_carry, out_avals):
@@ -399,7 +391,7 @@ def _scan_impl(*args, body, length, reverse, start, n_consts, n_carry, out_avals
     for p in order:
         for h, c in zip(hist, carry):
             h[p] = c
-        out = _evaluate(body, np.int64(start + p), *consts, *carry, *[x[p] for x in xs])
+        out = evaluate(body, np.int64(start + p), *consts, *carry, *[x[p] for x in xs])
         carry = out[:n_carry]
         for y, v in zip(ys, out[n_carry:]):
             y[p] = v
@@ -409,8 +401,8 @@ def _scan_impl(*args, body, length, reverse, start, n_consts, n_carry, out_avals
 def _while_impl(*args, cond, body, n_consts, kind, out_avals):
     consts = list(args[:n_consts])
     val = [np.asarray(v) for v in args[n_consts:]]
-    while bool(_evaluate(cond, *consts, *val)[0]):
-        val = _evaluate(body, *consts, *val)
+    while bool(evaluate(cond, *consts, *val)[0]):
+        val = evaluate(body, *consts, *val)
     return tuple(val)
 
 
@@ -422,16 +414,9 @@ def _proj_impl(t, index, shape, dtype):
     return t[index]
 
 
-PRIMS["cond"] = Prim("cond", "control", _tuple_abs, _cond_impl)
-PRIMS["scan"] = Prim("scan", "control", _tuple_abs, _scan_impl)
-PRIMS["while"] = Prim("while", "control", _tuple_abs, _while_impl)
-PRIMS["proj"] = Prim("proj", "structural", _proj_abs, _proj_impl)
-
-
 # ---- reverse mode ---------------------------------------------------------------------------------------
 def inline(graph, args):
     """Apply `graph`'s nodes to `args` with `bind`: records them on the current trace."""
-    from .interpreter import run_graph
     return run_graph(graph, args, lambda node, xs: bind(node.op, *xs, **node.p))
 
 
@@ -443,7 +428,6 @@ def _vjp_graph(graph, diff_mask, name):
     """A graph (inputs..., cotangents of outputs...) -> cotangents of the inputs in diff_mask.
 
     It recomputes graph's forward values from its inputs, then runs the reverse sweep."""
-    from .ad import backward_multi
     ins = graph.inputs
     out_float = [_is_float(n.dtype) for n in graph.outputs]
     avals = [(n.shape, n.dtype, False) for n in ins]
@@ -477,7 +461,6 @@ def _vjp_graph(graph, diff_mask, name):
 def scan_vjp(cts, node, value_of):
     """Reverse of a scan: a scan the other way over the stored carries, accumulating the
     cotangents of captured values; per-iteration cotangents of xs come out as its ys."""
-    from . import numpy_api as jnp
     p = node.p
     body, T, nc, nk = p["body"], p["length"], p["n_consts"], p["n_carry"]
     args = [value_of(x) for x in node.inputs]
@@ -516,7 +499,7 @@ def scan_vjp(cts, node, value_of):
         new_ctc = [a + b for a, b in zip(r_k, cth)] if cth else list(r_k)
         return (new_ctc, [a + r for a, r in zip(acc, r_c)]), list(r_x)
 
-    acc0 = [jnp.zeros_like(consts[k]) for k in fc]
+    acc0 = [zeros_like(consts[k]) for k in fc]
     xs_b = (hist, list(xs), ct_ys, ct_hist)
     (ct_init, ct_consts), ct_xs = _scan(bstep, (ct_carry, acc0), xs_b, T, not p["reverse"],
                                         p["start"], "scan", body)
@@ -551,12 +534,20 @@ def cond_vjp(cts, node, value_of):
     return out
 
 
-def while_vjp(cts, node, value_of):
-    kind = node.p["kind"]
-    what = ("fori_loop with a traced bound" if kind == "fori_loop" else "while_loop")
-    raise GradError(
-        f"{what} is not reverse-differentiable: its trip count is only known when it runs, so "
-        "the carries to store cannot be planned; use fori_loop with Python-int bounds, or scan")
+# A control node's value is a tuple: its rule gets the cotangents of every element at once
+# and returns one adjoint per input; `proj` routes an element's adjoint into that tuple.
+_HOST_ONLY = "control flow (jg.cond, jg.scan, jg.fori_loop, jg.while_loop)"
+register("cond", "control", _tuple_abs, _cond_impl, cond_vjp, host_only=_HOST_ONLY)
+register("scan", "control", _tuple_abs, _scan_impl, scan_vjp, host_only=_HOST_ONLY)
 
 
-CONTROL_VJP = {"scan": scan_vjp, "cond": cond_vjp, "while": while_vjp}
+def _while_not_differentiable(node):
+    what = "fori_loop with a traced bound" if node.p["kind"] == "fori_loop" else "while_loop"
+    return (f"{what} is not reverse-differentiable: its trip count is only known when it runs, so "
+            "the carries to store cannot be planned; use fori_loop with Python-int bounds, or scan")
+
+
+register("while", "control", _tuple_abs, _while_impl, NoGradient(zero=False, why=_while_not_differentiable),
+         host_only=_HOST_ONLY)
+register("proj", "structural", _proj_abs, _proj_impl, TUPLE_ELEMENT, flops=lambda node: 0,
+         host_only=_HOST_ONLY)

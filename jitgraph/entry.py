@@ -1,0 +1,173 @@
+"""The per-signature call wrapper of a compiled function.
+
+An `Entry` is one compiled signature: a small generated Python function that
+checks the trace's global/closure guards, converts the arguments, takes a
+workspace arena from its pool, passes the output buffers it can recycle, calls
+the kernel and rebuilds the output structure. Generating it per signature keeps
+generic loops off the hot path: it is most of the per-call overhead left after
+Numba's own.
+"""
+import os
+import sys
+import threading
+
+import numpy as np
+
+from .core import Tensor
+from .signature import MISSING, Inline
+
+
+class Stale(Exception):
+    """A global or closure cell the trace depended on was rebound."""
+
+
+def _to_array(a, dt):
+    if isinstance(a, Tensor):
+        raise Inline
+    return np.ascontiguousarray(a, dt)
+
+
+def _to_scalar(a, dt):
+    if isinstance(a, Tensor):
+        raise Inline
+    if hasattr(a, "__cuda_array_interface__"):
+        return a          # the CUDA runtime reshapes () to (1,) on the device
+    return np.full(1, a, dt)
+
+
+def _pass_device(a, dt):
+    """CUDA target: device arrays pass through; everything else becomes a contiguous host array."""
+    if isinstance(a, Tensor):
+        raise Inline
+    if hasattr(a, "__cuda_array_interface__"):
+        return a
+    return np.ascontiguousarray(a, dt)
+
+
+def _free_refcount():
+    """What `sys.getrefcount` reports for an output buffer that only `Entry`'s list and the
+    local reading it hold, measured with the same statements the per-call wrapper runs (3 on
+    CPython 3.11; an interpreter that borrows references for locals reports fewer)."""
+    ns = {}
+    exec("def probe(obuf, getrefcount):\n    o0 = obuf[0]\n    return getrefcount(o0)\n", ns)
+    return ns["probe"]([np.empty(1)], sys.getrefcount)
+
+
+_FREE_REFS = _free_refcount()
+
+
+def _parallel_lock():
+    """A process-wide lock for calls of multi-threaded kernels, unless Numba's threading layer
+    is thread-safe. jitgraph selects the workqueue layer (see __init__), which aborts the
+    process when two Python threads launch parallel loops at once; TBB and OpenMP allow it."""
+    layer = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
+    return None if layer in ("tbb", "omp") else threading.Lock()
+
+
+_PARALLEL_LOCK = _parallel_lock()
+
+
+class Entry:
+    """One compiled signature: a small generated Python function that checks the
+    trace's global/closure guards, converts the arguments, calls the kernel and
+    rebuilds the output structure (no generic loops on the hot path: this is
+    most of the per-call overhead left after Numba's)."""
+
+    __slots__ = ("lowered", "call", "desc", "guards", "pool", "obufs")
+
+    def __init__(self, lowered, guards, desc, target="cpu", reuse=True):
+        graph, prog = lowered.graph, lowered.program
+        self.lowered = lowered
+        self.pool = []       # free workspace arenas
+        self.obufs = [None] * len(getattr(prog, "out_specs", ()))   # last output buffers
+        self.desc = desc
+        self.guards = guards
+        n_in = len(graph.inputs)
+        lines = ["def call(leaves):"]
+        ns = {"np": np, "kernel": prog.kernel, "dims": np.array(prog.sizes, dtype=np.int64),
+              "Stale": Stale, "to_array": _pass_device if target == "cuda" else _to_array,
+              "to_scalar": _to_scalar, "MISSING": MISSING}
+        conds = []
+        for k, (container, key, obj) in enumerate(guards):
+            ns[f"G{k}"], ns[f"O{k}"] = container, obj
+            if isinstance(container, dict):
+                conds.append(f"G{k}.get({key!r}, MISSING) is not O{k}")
+            else:     # a closure cell
+                conds.append(f"G{k}.cell_contents is not O{k}")
+        if conds:
+            lines.append(f"    if {' or '.join(conds)}:")
+            lines.append("        raise Stale")
+        names = [f"a{k}" for k in range(n_in)]
+        if n_in:
+            lines.append(f"    {', '.join(names)}{',' if n_in == 1 else ''} = leaves")
+        for k, node in enumerate(graph.inputs):
+            ns[f"dt{k}"] = node.dtype
+            if node.ndim == 0:
+                lines.append(f"    a{k} = to_scalar(a{k}, dt{k})")
+            else:
+                lines.append(f"    if type(a{k}) is not np.ndarray or not a{k}.flags.c_contiguous:")
+                lines.append(f"        a{k} = to_array(a{k}, dt{k})")
+        consts = []
+        for k, c in enumerate(prog.consts):
+            ns[f"c{k}"] = c
+            consts.append(f"c{k}")
+        args = ["dims"] + names + consts
+        if prog.ws_bytes is not None:
+            # the planned buffers: a workspace arena per concurrent call, kept between calls
+            # (a pool: a call takes a free arena or makes one, and gives it back)
+            ns.update(pool=self.pool, wofs=prog.ws_offsets, WSB=int(prog.ws_bytes),
+                      new_ws=prog.new_workspace)
+            lines += ["    try:",
+                      "        ws = pool.pop()",
+                      "    except IndexError:",
+                      "        ws = new_ws(WSB)"]
+            args += ["ws", "wofs"]
+        ns.update(obuf=self.obufs, getrefcount=sys.getrefcount, empty=np.empty, FREE=_FREE_REFS)
+        for k, (shape, dt) in enumerate(getattr(prog, "out_specs", ())):
+            ns[f"OS{k}"], ns[f"OD{k}"] = shape, dt
+            if reuse:
+                # Output buffers are new arrays unless the one returned last time is referenced
+                # by nothing but this list: then the caller dropped it and every view of it,
+                # so writing into it is invisible; this spares the page faults of a fresh large
+                # array per call. FREE is the count of such a buffer (the list, the local,
+                # getrefcount's argument), measured at import by _free_refcount.
+                lines += [f"    o{k} = obuf[{k}]",
+                          f"    if o{k} is None or getrefcount(o{k}) > FREE:",
+                          f"        o{k} = empty(OS{k}, OD{k})",
+                          f"        obuf[{k}] = o{k}"]
+            else:
+                lines.append(f"    o{k} = empty(OS{k}, OD{k})")
+            args.append(f"o{k}")
+        call = f"kernel({', '.join(args)})"
+        if target == "cpu" and "prange(" in prog.source and _PARALLEL_LOCK is not None:
+            # one parallel launch at a time (see _PARALLEL_LOCK)
+            ns["plock"] = _PARALLEL_LOCK
+            call_lines = ["with plock:", f"    r = {call}"]
+        else:
+            call_lines = [f"r = {call}"]
+        if prog.ws_bytes is not None:
+            lines += ["    try:"] + ["        " + ln for ln in call_lines] + ["    finally:"]
+            lines += ["        pool.append(ws)"] if reuse else ["        pass"]
+        else:
+            lines += ["    " + ln for ln in call_lines]
+        outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
+        order = graph.meta.get("out_order")
+        if order is not None:
+            outs = [outs[i] for i in order]
+        lines.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs))}")
+        exec("\n".join(lines), ns)
+        self.call = ns["call"]
+
+
+def _build_tree(td, outs):
+    """A Python expression rebuilding tree `td` from output expressions."""
+    if td.kind == "leaf":
+        return next(outs)
+    if td.kind == "none":
+        return "None"
+    kids = [_build_tree(c, outs) for c in td.children]
+    if td.kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(td.meta, kids)) + "}"
+    if td.kind == "list":
+        return "[" + ", ".join(kids) + "]"
+    return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"

@@ -1,0 +1,164 @@
+"""Lowering one signature of a compiled function: trace, rematerialize, generate, build.
+
+`lower(...)` traces the function on the signature's abstract arguments into the
+joint graph, applies the remat policy, has the back end compile it, and makes
+the per-signature call wrapper (`entry.Entry`). It runs the program once, so
+that Numba's lazy compile happens here, and records whether the native code was
+compiled, loaded from the disk cache or reused. `Lowered` is what inspection
+sees: the graph, the generated source, the fusion groups, the memory report.
+"""
+import hashlib
+import sys
+import time
+
+import numpy as np
+
+from . import codegen
+from .api import trace_graph
+from .entry import Entry
+from .remat import apply_policy
+from .signature import cuda_leaf, guards
+from .tree import tree_flatten, tree_unflatten
+
+
+class Lowered:
+    """What a compiled function becomes for one signature: inspect `.graph`, `.source`, `.groups`."""
+
+    def __init__(self, graph, program, timings):
+        self.graph = graph
+        self.program = program
+        self.timings = timings            # seconds: trace, codegen+compile
+        self.native = None                # "compiled", "disk", "reused" or "python"
+        self._memory = None
+
+    @property
+    def source(self):
+        """The generated Python/Numba source module."""
+        return self.program.source
+
+    @property
+    def partition(self):
+        """The fusion partition: `steps` (loop groups and library calls) in execution order."""
+        return self.program.partition
+
+    @property
+    def groups(self):
+        """The fused loop groups."""
+        return self.program.partition.groups()
+
+    @property
+    def path(self):
+        """File the generated module was written to (tracebacks point into it)."""
+        return self.program.path
+
+    def describe(self):
+        """One line per step of the partition (what JITGRAPH_DEBUG=2 prints)."""
+        return self.program.partition.describe()
+
+    @property
+    def memory(self):
+        """The `MemoryReport` of this program: predicted peak, workspace (on the device for the
+        CUDA target), stored activations and recompute cost."""
+        plan = getattr(self.program, "plan", None)
+        if plan is None:
+            return None
+        if self._memory is None:
+            self._memory = plan.report(self.graph.meta.get("remat"))
+        return self._memory
+
+    @property
+    def graph_hash(self):
+        """Content hash of the traced graph, constants included (the source hash leaves out
+        the values of floating scalar constants, which are passed at run time)."""
+        h = hashlib.sha256(str(self.graph).encode())
+        for n in self.graph.nodes:
+            if n.op == "const":
+                h.update(np.ascontiguousarray(n.value).tobytes())
+        return h.hexdigest()[:24]
+
+    def __repr__(self):
+        return (f"<Lowered {self.graph.meta.get('name')}: {len(self.graph.nodes)} nodes, "
+                f"{len(self.groups)} fused groups, {len(self.program.partition.steps)} steps>")
+
+
+def resolved_target(target):
+    """"cpu" or "cuda" for a target option ("auto": CUDA when a GPU is present)."""
+    if target != "auto":
+        return target
+    try:
+        import numba
+        if numba.config.ENABLE_CUDASIM:     # the simulator is for tests, not a device
+            return "cpu"
+        from numba import cuda
+        return "cuda" if cuda.is_available() else "cpu"
+    except Exception:
+        return "cpu"
+
+
+def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
+    """Trace `fun` for the dynamic arguments `dyn` and build it; returns the `Entry`.
+
+    `options`: the JitFunction's options (grad, has_aux, parallel, backend, target, remat,
+    reuse_buffers); `guard_fun`: the user's function, whose globals guard the trace;
+    `stats`: the function's counters (traces, compiles, disk_hits, kernel_reuses)."""
+    t0 = time.perf_counter()
+    grad = options["grad"]
+    target = resolved_target(options["target"])
+    abstract = [_abstract(a) for a in dyn]
+    graph = trace_graph(fun, abstract, argnums, options["has_aux"], grad)
+    if grad:
+        # the budget policy measures candidates with the CPU plan (codegen/memory.py)
+        graph = apply_policy(graph, options["remat"],
+                             lambda g: codegen.memory_report(g, parallel=options["parallel"]))
+    stats["traces"] += 1
+    t1 = time.perf_counter()
+    program = codegen.compile_graph(graph, parallel=options["parallel"], backend=options["backend"],
+                                    target=target)
+    leaves, _ = tree_flatten(tuple(dyn))
+    lowered = Lowered(graph, program, {})
+    entry = Entry(lowered, guards(guard_fun), desc, target, reuse=options["reuse_buffers"])
+    # Numba compiles lazily; run once now so the first call's cost is all here, and
+    # find out whether this was a compile, a disk-cache load or an in-process reuse
+    before = _dispatch_state(program)
+    entry.call(leaves)
+    after = _dispatch_state(program)
+    if before is None:
+        lowered.native = "python" if options["backend"] == "python" else "external"
+    elif after[0] == before[0]:
+        lowered.native = "reused"
+        stats["kernel_reuses"] += 1
+    elif after[1] > before[1]:
+        lowered.native = "disk"
+        stats["disk_hits"] += 1
+    else:
+        lowered.native = "compiled"
+        stats["compiles"] += 1
+    lowered.timings.update(trace=t1 - t0, compile=time.perf_counter() - t1)
+    return entry
+
+
+def _abstract(a):
+    """A stand-in for tracing: device arrays become empty host arrays of their shape and dtype."""
+    leaves, tree = tree_flatten(a)
+    if not any(hasattr(x, "__cuda_array_interface__") for x in leaves):
+        return a
+    out = []
+    for x in leaves:
+        dev = cuda_leaf(x)
+        out.append(np.empty(dev[0], dev[1]) if dev is not None else x)
+    return tree_unflatten(tree, out)
+
+
+def _dispatch_state(program):
+    """(compiled signatures, disk-cache hits) summed over the Numba dispatchers of a program's
+    module (its entry, when compiled, and its loop functions), else None."""
+    kernels = [program.kernel]
+    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    if mod is not None:
+        kernels = [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
+                   and getattr(getattr(v, "py_func", None), "__module__", None) == mod.__name__]
+    kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
+    if not kernels:
+        return None
+    return (sum(len(k.overloads) for k in kernels),
+            sum(sum(k.stats.cache_hits.values()) for k in kernels))

@@ -1,0 +1,263 @@
+"""Shape primitives (reshape, transpose, broadcast, slicing, concatenation) and their NumPy functions.
+
+`broadcast` is the one place broadcasting is differentiated: its adjoint sums
+over the axes it added or stretched, so no other rule repeats that logic.
+`slice` (basic strided slicing) and `pad_slice` (zeros with a slice written, its
+adjoint) are each other's adjoints.
+"""
+import builtins
+
+import numpy as np
+
+from ..core import Tensor, bind
+from ..errors import NotSupportedError, ShapeError, where
+from ..numpy_api import (as_operand, broadcast_to, cast, full_like, no_out, norm_axes, norm_axis,
+                         ones_like, reshape as _reshape, result_dtype, shape_of, swapaxes, transpose,
+                         zeros_like)
+from .reduce import sum
+from .registry import implements, register
+
+
+# ---- primitives ---------------------------------------------------------------------------------
+def _reshape_abs(x, shape):
+    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(x[0], dtype=np.int64)):
+        raise ShapeError(f"cannot reshape {tuple(x[0])} into {tuple(shape)}")
+    return tuple(shape), np.dtype(x[1])
+
+
+def _transpose_abs(x, perm):
+    if sorted(perm) != list(range(len(x[0]))):
+        raise ShapeError(f"bad permutation {perm} for shape {x[0]}")
+    return tuple(x[0][p] for p in perm), np.dtype(x[1])
+
+
+def _broadcast_abs(x, shape):
+    # NumPy's rule: align trailing dims; each source dim is 1 or equal to the target dim
+    src = tuple(x[0])
+    if len(src) > len(shape) or any(s != 1 and s != d for s, d in zip(reversed(src), reversed(shape))):
+        raise ShapeError(f"cannot broadcast {src} to {tuple(shape)}")
+    return tuple(shape), np.dtype(x[1])
+
+
+def unbroadcast(g, x_shape):
+    """Sum g over the axes that `broadcast` added or stretched, back to x_shape."""
+    lead = len(g.shape) - len(x_shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(x_shape) if d == 1 and g.shape[lead + i] != 1)
+    return _reshape(sum(g, axis=axes), x_shape) if axes else _reshape(g, x_shape)
+
+
+def _no_flops(node):
+    return 0
+
+
+register("reshape", "shape", _reshape_abs, lambda x, shape: np.reshape(x, shape),
+         (lambda g, out, x, shape: _reshape(g, x.shape),), flops=_no_flops)
+register("transpose", "shape", _transpose_abs, lambda x, perm: np.transpose(x, perm),
+         (lambda g, out, x, perm: transpose(g, tuple(np.argsort(perm))),), flops=_no_flops)
+register("broadcast", "shape", _broadcast_abs, lambda x, shape: np.broadcast_to(x, shape),
+         (lambda g, out, x, shape: unbroadcast(g, x.shape),), flops=_no_flops)
+
+
+def slice_dims(starts, stops, steps):
+    return tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
+
+
+def _slice_abs(x, starts, stops, steps):
+    if not len(starts) == len(stops) == len(steps) == len(x[0]):
+        raise ShapeError(f"slice of rank {len(starts)} on shape {x[0]}")
+    return slice_dims(starts, stops, steps), np.dtype(x[1])
+
+
+def slices(starts, stops, steps):
+    """Python slices for the params of `slice`/`pad_slice` (a negative step can stop
+    "before 0", which Python spells as None)."""
+    return tuple(slice(a, (None if b < 0 else b), c) for a, b, c in zip(starts, stops, steps))
+
+
+def _pad_abs(x, shape, starts, stops, steps):
+    if slice_dims(starts, stops, steps) != tuple(x[0]):
+        raise ShapeError(f"pad_slice: {x[0]} does not fit the slice of {shape}")
+    return tuple(shape), np.dtype(x[1])
+
+
+def _pad_impl(x, shape, starts, stops, steps):
+    out = np.zeros(shape, dtype=np.asarray(x).dtype)
+    out[slices(starts, stops, steps)] = x
+    return out
+
+
+register("slice", "shape", _slice_abs,
+         lambda x, starts, stops, steps: np.asarray(x)[slices(starts, stops, steps)],
+         (lambda g, out, x, starts, stops, steps: bind(
+             "pad_slice", g, shape=x.shape, starts=starts, stops=stops, steps=steps),))
+# zeros of `shape` with x written into the slice; the adjoint of `slice`
+register("pad_slice", "shape", _pad_abs, _pad_impl,
+         (lambda g, out, x, shape, starts, stops, steps: bind(
+             "slice", g, starts=starts, stops=stops, steps=steps),))
+
+
+def _concat_abs(*xs, axis):
+    base = list(xs[0][0])
+    total = 0
+    for s, d in xs:
+        if len(s) != len(base) or any(a != b for i, (a, b) in enumerate(zip(s, base)) if i != axis):
+            raise ShapeError(f"concatenate: shapes {[tuple(s) for s, _ in xs]} differ off axis {axis}")
+        if np.dtype(d) != np.dtype(xs[0][1]):
+            raise ShapeError(f"concatenate: dtypes {[np.dtype(d).name for _, d in xs]} differ")
+        total += s[axis]
+    base[axis] = total
+    return tuple(base), np.dtype(xs[0][1])
+
+
+class _ConcatRules:
+    """Concatenate has any number of inputs: rule i slices out input i's part."""
+
+    def __getitem__(self, i):
+        def rule(g, out, *xs, axis):
+            start = builtins.sum(x.shape[axis] for x in xs[:i])
+            starts, stops, steps = [0] * len(g.shape), list(g.shape), [1] * len(g.shape)
+            starts[axis], stops[axis] = start, start + xs[i].shape[axis]
+            return bind("slice", g, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
+        return rule
+
+
+register("concatenate", "shape", _concat_abs, lambda *xs, axis: np.concatenate(xs, axis=axis),
+         _ConcatRules())
+
+
+# ---- the NumPy front end ----------------------------------------------------------------------
+@implements(np.reshape)
+def reshape(x, shape=None, order="C", **kw):
+    if "newshape" in kw:
+        shape = kw.pop("newshape")
+    if order != "C" or kw:
+        raise NotSupportedError(f"reshape with order={order!r} is not supported{where()}")
+    return _reshape(x, shape)
+
+
+@implements(np.ravel)
+def ravel(x, order="C"):
+    return reshape(x, (-1,), order)
+
+
+implements(np.transpose)(transpose)
+implements(np.swapaxes)(swapaxes)
+implements(np.broadcast_to)(broadcast_to)
+implements(np.zeros_like)(lambda x, dtype=None, **kw: zeros_like(x, dtype))
+implements(np.ones_like)(lambda x, dtype=None, **kw: ones_like(x, dtype))
+implements(np.full_like)(lambda x, fill_value, dtype=None, **kw: full_like(x, fill_value, dtype))
+
+
+def _norm_axes_ordered(axis, nd):
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return [norm_axis(a, nd) for a in axes]
+
+
+@implements(np.moveaxis)
+def moveaxis(x, source, destination):
+    nd = len(shape_of(x))
+    src = _norm_axes_ordered(source, nd)
+    dst = _norm_axes_ordered(destination, nd)
+    order = [n for n in range(nd) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(x, order)
+
+
+@implements(np.expand_dims)
+def expand_dims(x, axis):
+    shape = list(shape_of(x))
+    nd = len(shape) + (len(axis) if isinstance(axis, (tuple, list)) else 1)
+    for a in sorted(_norm_axes_ordered(axis, nd)):
+        shape.insert(a, 1)
+    return reshape(x, shape)
+
+
+@implements(np.squeeze)
+def squeeze(x, axis=None):
+    shape = shape_of(x)
+    if axis is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    else:
+        axes = norm_axes(axis, len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise ShapeError(f"cannot select an axis to squeeze out which has size not equal to one "
+                                 f"(axis {a} of shape {tuple(shape)}){where()}")
+    return reshape(x, [d for i, d in enumerate(shape) if i not in axes])
+
+
+@implements(np.concatenate)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    no_out(out, "np.concatenate")
+    arrays = [as_operand(a) for a in arrays]
+    if axis is None:
+        arrays, axis = [ravel(a) for a in arrays], 0
+    dt = result_dtype(*arrays) if dtype is None else np.dtype(dtype)
+    arrays = [cast(a, dt) for a in arrays]
+    nd = len(shape_of(arrays[0]))
+    if nd == 0:
+        raise ShapeError(f"zero-dimensional arrays cannot be concatenated{where()}")
+    axis = norm_axis(axis, nd)
+    if not builtins.any(isinstance(a, Tensor) for a in arrays):
+        return np.concatenate(arrays, axis=axis)
+    arrays = [a for a in arrays if shape_of(a)[axis] > 0] or arrays[:1]
+    if len(arrays) == 1:
+        return arrays[0]
+    shapes = [tuple(shape_of(a)) for a in arrays]
+    for s in shapes:
+        if len(s) != nd or builtins.any(s[i] != shapes[0][i] for i in range(nd) if i != axis):
+            raise ShapeError(f"concatenate: all input dimensions except axis {axis} must match, got "
+                             f"{shapes}{where()}")
+    return bind("concatenate", *arrays, axis=axis)
+
+
+@implements(np.stack)
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    no_out(out, "np.stack")
+    arrays = [as_operand(a) for a in arrays]
+    shapes = {tuple(shape_of(a)) for a in arrays}
+    if len(shapes) != 1:
+        raise ShapeError(f"all input arrays must have the same shape, got {sorted(shapes)}{where()}")
+    nd = len(shape_of(arrays[0])) + 1
+    axis = norm_axis(axis, nd)
+    return concatenate([expand_dims(a, axis) for a in arrays], axis=axis, dtype=dtype)
+
+
+@implements(np.hstack)
+def hstack(arrays, **kw):
+    arrays = [atleast_1d(a) for a in arrays]
+    return concatenate(arrays, axis=0 if len(shape_of(arrays[0])) == 1 else 1, **kw)
+
+
+@implements(np.vstack)
+def vstack(arrays, **kw):
+    return concatenate([atleast_2d(a) for a in arrays], axis=0, **kw)
+
+
+@implements(np.atleast_1d)
+def atleast_1d(x):
+    return reshape(x, (1,)) if len(shape_of(x)) == 0 else as_operand(x)
+
+
+@implements(np.atleast_2d)
+def atleast_2d(x):
+    s = shape_of(x)
+    return reshape(x, (1,) * (2 - len(s)) + tuple(s)) if len(s) < 2 else as_operand(x)
+
+
+@implements(np.shape)
+def shape(x):
+    return tuple(shape_of(x))
+
+
+@implements(np.ndim)
+def ndim(x):
+    return len(shape_of(x))
+
+
+@implements(np.size)
+def size(x, axis=None):
+    s = shape_of(x)
+    return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]

@@ -1,0 +1,277 @@
+"""The call signature of a compiled function: its cache key, and why a call retraced.
+
+A trace is valid for one *signature*: the pytree structure of the arguments,
+each array's shape and dtype, the kind of each Python scalar, and the values of
+the `static_argnums` arguments. `Signature.key(args)` computes it on the call
+path (a fast path for plain arrays); `Signature.explain` tells, when a call
+misses, which argument changed (JITGRAPH_LOG=recompiles logs every retrace, and
+a `RetraceWarning` names the argument that changes most once a function has
+been traced JITGRAPH_RETRACE_WARN times).
+
+`guards(fun)` lists the globals and closure cells a function reads directly:
+a trace stays valid only while each is still bound to the same object.
+"""
+import collections
+import inspect
+import logging
+import os
+import sys
+import types
+import warnings
+
+import numpy as np
+
+from .core import Tensor
+from .tree import tree_flatten
+
+log = logging.getLogger("jitgraph")
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def debug_level():
+    """JITGRAPH_DEBUG: 1 prints graphs, 2 adds fusion groups, 3 adds source, 4 adds timings."""
+    return env_int("JITGRAPH_DEBUG", 0)
+
+
+def log_enabled(topic):
+    return topic in os.environ.get("JITGRAPH_LOG", "").replace(",", " ").split()
+
+
+def log_message(msg):
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    log.info(msg)
+
+
+class RetraceWarning(UserWarning):
+    """A compiled function has been traced more times than JITGRAPH_RETRACE_WARN allows."""
+
+
+class Inline(Exception):
+    """The compiled function was called with recording values (inside another trace)."""
+
+
+MISSING = object()
+
+
+def cuda_leaf(x):
+    iface = getattr(x, "__cuda_array_interface__", None)
+    if iface is None:
+        return None
+    return tuple(iface["shape"]), np.dtype(iface["typestr"])
+
+
+def _leaf_key(x):
+    if isinstance(x, np.ndarray):
+        return (x.shape, x.dtype.char)
+    if isinstance(x, bool):
+        return ("b",)
+    if isinstance(x, int):
+        return ("i",)
+    if isinstance(x, float):
+        return ("f",)
+    dev = cuda_leaf(x)
+    if dev is not None:
+        return (dev[0], dev[1].char, "cuda")
+    if isinstance(x, Tensor):
+        raise Inline
+    a = np.asarray(x)
+    return (a.shape, a.dtype.char, "np")
+
+
+def _leaf_text(x):
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return f"Python {type(x).__name__}"
+    dev = cuda_leaf(x)
+    if dev is not None:
+        return f"device array shape {dev[0]} {dev[1].name}"
+    a = np.asarray(x)
+    return f"shape {a.shape} {a.dtype.name}"
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def guards(fun):
+    """(container, key, object) triples: the globals and closure cells `fun` reads directly."""
+    fun = inspect.unwrap(fun)
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        return []
+    out = []
+    g = fun.__globals__
+    for name in sorted(_code_names(code)):
+        obj = g.get(name, MISSING)
+        if obj is MISSING or isinstance(obj, types.ModuleType):
+            continue
+        out.append((g, name, obj))
+    for cell in fun.__closure__ or ():
+        try:
+            obj = cell.cell_contents
+        except ValueError:     # an empty cell (a name assigned after the function was defined)
+            continue
+        if isinstance(obj, types.ModuleType):
+            continue
+        out.append((cell, None, obj))
+    return out
+
+
+
+
+def fname(fun):
+    return getattr(fun, "__qualname__", getattr(fun, "__name__", repr(fun)))
+
+
+class Signature:
+    """Cache keys and retrace explanations for the calls of one function."""
+
+    def __init__(self, fun, static_argnums):
+        self.fun = fun
+        self.static_argnums = static_argnums
+        try:
+            self._params = [p.name for p in inspect.signature(fun).parameters.values()]
+        except (TypeError, ValueError):
+            self._params = []
+        self._last_desc = None
+        self._changed = collections.Counter()
+        self._warned = False
+
+    def reset(self):
+        self._last_desc = None
+
+    def key(self, args):
+        """(cache key, flattened dynamic leaves) of a call."""
+        dyn, statics = args, []
+        if not self.static_argnums:
+            try:
+                # fast path: arrays (and NumPy scalars), keyed on shape and dtype
+                return tuple([(a.shape, a.dtype.char) for a in args]), args
+            except AttributeError:
+                pass
+        else:
+            dyn = []
+            for i, a in enumerate(args):
+                if i not in self.static_argnums:
+                    dyn.append(a)
+                    continue
+                try:
+                    hash(a)
+                except TypeError:
+                    raise TypeError(
+                        f"static argument {i}{self.argname(i)} of {fname(self.fun)} must be "
+                        f"hashable (it is part of the cache key), got a {type(a).__name__}; "
+                        "pass a tuple instead of a list, or make it a traced argument") from None
+                statics.append((i, a))
+        leaves, tree = tree_flatten(tuple(dyn))
+        return (tree, tuple(_leaf_key(x) for x in leaves), tuple(statics)), leaves
+
+    def bind(self, args, kwargs):
+        """Positional arguments of a call with keywords (defaults applied)."""
+        try:
+            ba = inspect.signature(self.fun).bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{fname(self.fun)}: {e}") from None
+        ba.apply_defaults()
+        if ba.kwargs:
+            raise TypeError(f"{fname(self.fun)}: keyword-only arguments {sorted(ba.kwargs)} are not "
+                            "supported by jit; make them positional")
+        return ba.args
+
+    def argname(self, i):
+        return f" `{self._params[i]}`" if i < len(self._params) else ""
+
+    def describe(self, args):
+        desc = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                desc.append(("static", repr(a)))
+                continue
+            leaves, tree = tree_flatten(a)
+            if tree.kind == "leaf":
+                desc.append(("leaf", _leaf_text(a)))
+            else:
+                desc.append(("tree", repr(tree), tuple(_leaf_text(x) for x in leaves)))
+        return tuple(desc)
+
+    def changes(self, old, new):
+        if old is None:
+            return []
+        if len(old) != len(new):
+            return [(None, f"number of arguments {len(old)} -> {len(new)}")]
+        out = []
+        for i, (o, n) in enumerate(zip(old, new)):
+            if o == n:
+                continue
+            what = f"argument {i}{self.argname(i)}"
+            if o[0] == "static" or n[0] == "static":
+                out.append((i, f"static {what}: {o[1]} -> {n[1]}"))
+            elif o[0] != n[0] or (o[0] == "tree" and o[1] != n[1]):
+                out.append((i, f"{what}: structure {o[1] if o[0] == 'tree' else '*'} -> "
+                               f"{n[1] if n[0] == 'tree' else '*'}"))
+            elif o[0] == "leaf":
+                out.append((i, f"{what}: {o[1]} -> {n[1]}"))
+            else:
+                diffs = [f"leaf {k}: {a} -> {b}" for k, (a, b) in enumerate(zip(o[2], n[2])) if a != b]
+                out.append((i, f"{what}: " + "; ".join(diffs)))
+        return out
+
+    def explain(self, desc, traces):
+        """Log and count what changed since the last traced call; warn once past the limit."""
+        changes = self.changes(self._last_desc, desc)
+        self._last_desc = desc
+        for i, _ in changes:
+            self._changed[i] += 1
+        name = fname(self.fun)
+        if changes and log_enabled("recompiles"):
+            log_message(f"jitgraph: retracing {name}: " + "; ".join(c for _, c in changes))
+        limit = env_int("JITGRAPH_RETRACE_WARN", 16)
+        if not self._warned and traces + 1 > limit > 0:
+            self._warned = True
+            blame = ""
+            if self._changed:
+                i, n = self._changed.most_common(1)[0]
+                if i is not None:
+                    blame = (f"; argument {i}{self.argname(i)} changed in {n} of them (if it is a "
+                             "size or a flag, consider static_argnums; if it is an array of varying "
+                             "shape, consider padding it to a few fixed sizes)")
+            warnings.warn(f"jitgraph: {name} has been traced {traces + 1} times"
+                          f"{blame}. Set JITGRAPH_LOG=recompiles to see each retrace, or "
+                          "JITGRAPH_RETRACE_WARN to change this threshold.", RetraceWarning, stacklevel=4)
+
+    def split_static(self, args, argnums, grad):
+        """(function of the dynamic arguments, dynamic args, argnums among them)."""
+        if not self.static_argnums:
+            return self.fun, args, argnums
+        statics = {i: args[i] for i in self.static_argnums if i < len(args)}
+        dyn_pos = [i for i in range(len(args)) if i not in statics]
+        fun = self.fun
+
+        def dynamic(*dyn):
+            full = list(dyn)
+            for i in sorted(statics):
+                full.insert(i, statics[i])
+            return fun(*full)
+
+        dynamic.__name__ = getattr(fun, "__name__", "fun")
+        dynamic.__qualname__ = fname(fun)
+        if grad:
+            remap = {p: j for j, p in enumerate(dyn_pos)}
+            if isinstance(argnums, (int, np.integer)):
+                argnums = remap[int(argnums) % len(args)]
+            else:
+                argnums = tuple(remap[int(a) % len(args)] for a in argnums)
+        return dynamic, tuple(args[i] for i in dyn_pos), argnums
