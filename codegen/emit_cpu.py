@@ -58,6 +58,21 @@ F64_RESULT = ("exp", "expm1", "tanh")
 OPS = {}     # op name -> lowering of a library op (a step of its own): fn(em, node, v, x)
 
 
+def spell(name, dtype):
+    """The CPU's text for a function of the scalar language (and a conversion to wrap its
+    result in, or None)."""
+    if name in DTYPES:
+        return f"np.{name}", None
+    if name in MATHLIB:
+        return MATHLIB[name], np_dtype(dtype) if name in F64_RESULT and dtype != np.float64 else None
+    if name == "abs":
+        return "abs", None
+    fn = FUNCTIONS[name]
+    if fn.numpy is None and fn.c is None:
+        raise NotImplementedError(f"codegen: the scalar function {name!r} has no CPU spelling")
+    return (f"np.{fn.numpy}" if fn.numpy else f"math.{fn.c}"), None
+
+
 def lowers(*ops):
     """Decorator: the CPU lowering of these library ops."""
     def deco(fn):
@@ -104,16 +119,7 @@ class Emitter(EmitterBase):
         self.uses_prange = False
         self.driver = False
 
-    def spell(self, name, dtype):
-        if name in DTYPES:
-            return f"np.{name}", None
-        if name in MATHLIB:
-            wrap = np_dtype(dtype) if name in F64_RESULT and dtype != np.float64 else None
-            return MATHLIB[name], wrap
-        if name == "abs":
-            return "abs", None
-        fn = FUNCTIONS[name]
-        return (f"np.{fn.numpy}" if fn.numpy else f"math.{fn.c}"), None
+    spell = staticmethod(spell)
 
     # ---- values in the entry function -----------------------------------------------------------
     def array(self, node):

@@ -80,6 +80,18 @@ def lowers(*ops):
     return deco
 
 
+def spell(name, dtype):
+    """The scalar language on the GPU: the math module's functions, by their C names, through
+    `cuda_runtime.fmath` (NumPy's under the simulator); NaN-propagating max and min."""
+    if name in DTYPES:
+        return f"np.{name}", None
+    if name in ("abs", "max", "min"):
+        return {"abs": "abs", "max": "_max", "min": "_min"}[name], None
+    if FUNCTIONS[name].c is None:
+        raise NotSupportedError(f"the CUDA target has no spelling of the scalar function {name!r}")
+    return f"_m.{FUNCTIONS[name].c}", None
+
+
 class CudaUnavailableError(NotSupportedError):
     """The CUDA target cannot run here: numba-cuda is missing, or no CUDA device (or simulator)."""
 
@@ -213,14 +225,7 @@ class CudaEmitter(EmitterBase):
         self.plan = MemoryPlan(graph, partition, self.sizes, views=views | self.matmul_t, in_place=False,
                                plannable=lambda n: True, recycle_outputs=False)
 
-    def spell(self, name, dtype):
-        """The scalar language on the GPU: the math module's functions, by their C names, through
-        `cuda_runtime.fmath` (NumPy's under the simulator); NaN-propagating max and min."""
-        if name in DTYPES:
-            return f"np.{name}", None
-        if name in ("abs", "max", "min"):
-            return {"abs": "abs", "max": "_max", "min": "_min"}[name], None
-        return f"_m.{FUNCTIONS[name].c}", None
+    spell = staticmethod(spell)
 
     def shared(self, dtype):
         name = NB_TYPES[acc_dtype(dtype).name]

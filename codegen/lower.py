@@ -28,7 +28,7 @@ class EmitterBase:
     """Names, sizes and scalar expressions of one graph, for one target.
 
     Subclasses set `spell(name, dtype) -> (text, wrap)`: the target's text for a
-    function of the scalar language, and a conversion to wrap its result in (None)."""
+    function of the scalar language, and a conversion to wrap its result in (or None)."""
 
     def __init__(self, graph, partition):
         self.graph = graph
@@ -37,9 +37,6 @@ class EmitterBase:
         self.sizes = Sizes(graph)
         self._render = functools.lru_cache(maxsize=None)(
             lambda template, dtype: render(template, self.spell, literal, dtype))
-
-    def spell(self, name, dtype):
-        raise NotImplementedError
 
     # ---- names ------------------------------------------------------------------------------
     def var(self, node):

@@ -16,7 +16,10 @@ import sys
 import time
 import types
 
+import numba
 import numpy as np
+
+import jitgraph as jg
 
 # ---- workloads ------------------------------------------------------------------------------
 
@@ -388,8 +391,6 @@ def run(names=None, sizes="default", reps=7, peers=True, progress=True, seed=0, 
     Peers (JAX, then PyTorch) run after all jitgraph and NumPy measurements, because their
     thread pools keep spinning after they run and would slow down whatever is measured next.
     """
-    import jitgraph as jg
-
     names = list(WORKLOADS) if names is None else list(names)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -524,7 +525,6 @@ def format_table(rows, sizes="default"):
 
 def machine_line(sizes, reps, budget=None):
     """A '# ...' line naming the cores, versions, size preset, repetitions and units."""
-    import numba
     fewer = f" (at least 3 where {reps} take over {budget:g} s)" if budget is not None and reps > 3 else ""
     return (f"# {os.cpu_count()} cores, numba {numba.__version__} ({numba.get_num_threads()} threads), "
             f"numpy {np.__version__}; {sizes} sizes; medians of {reps}{fewer}; ms (w5: us per call)")

@@ -16,8 +16,16 @@ import inspect
 import os
 import re
 import sys
+import traceback
 
 import numpy as np
+
+import jitgraph as jg
+
+from . import bench
+from ._version import __version__
+from .errors import JitgraphError
+from .jit import JitFunction
 
 PROG = "jitgraph"
 
@@ -54,8 +62,6 @@ workloads:
 
 
 def _bench_parser(sub):
-    from . import bench
-
     listing = "\n".join(f"  {n}  {bench.title(n, 'default')} (--full: {bench.title(n, 'full').split(', ')[-1]})"
                         for n in bench.WORKLOADS)
     p = sub.add_parser("bench", help="time the benchmark workloads, eager vs compiled (vs JAX/PyTorch)",
@@ -75,8 +81,6 @@ def _bench_parser(sub):
 
 
 def _run_bench(a):
-    from . import bench
-
     bad = [w for w in a.workloads if w not in bench.WORKLOADS]
     if bad:
         raise CliError(f"unknown workload(s) {', '.join(bad)}; choose from {', '.join(bench.WORKLOADS)}")
@@ -341,10 +345,6 @@ def _section(out, title, body):
 
 
 def _run_show(a, out=None):
-    import jitgraph as jg
-    from .errors import JitgraphError
-    from .jit import JitFunction
-
     out = sys.stdout if out is None else out
     default_dtype = parse_dtype(a.dtype)
     shapes = {}
@@ -431,7 +431,6 @@ def _run_show(a, out=None):
 def build_parser():
     """The `jitgraph` argument parser with its subcommands."""
     p = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
     p.add_argument("--version", action="version", version=f"jitgraph {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _bench_parser(sub)
@@ -449,7 +448,6 @@ def main(argv=None):
         return a.run(a)
     except CliError as e:
         if os.environ.get("JITGRAPH_DEBUG", "0") not in ("", "0") and e.__cause__ is not None:
-            import traceback
             traceback.print_exception(e.__cause__, file=sys.stderr)
         print(f"{PROG} {a.command}: error: {e}", file=sys.stderr)
         return 2

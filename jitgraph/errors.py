@@ -1,4 +1,5 @@
 """Exceptions raised by jitgraph, and the helper that points them at user code."""
+import linecache
 import os
 import sys
 
@@ -37,7 +38,6 @@ def user_frame():
         fname = os.path.abspath(frame.f_code.co_filename)
         if not fname.startswith(_PKG_DIRS) and not fname.startswith(_NUMPY_DIR) \
                 and not fname.startswith("<__array_function__"):
-            import linecache
             line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
             return frame.f_code.co_filename, frame.f_lineno, line
         frame = frame.f_back

@@ -11,6 +11,7 @@ import hashlib
 import sys
 import time
 
+import numba
 import numpy as np
 
 from . import codegen
@@ -86,7 +87,6 @@ def resolved_target(target):
     if target != "auto":
         return target
     try:
-        import numba
         if numba.config.ENABLE_CUDASIM:     # the simulator is for tests, not a device
             return "cpu"
         from numba import cuda

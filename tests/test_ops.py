@@ -302,6 +302,19 @@ op("seed-loss", lambda w, x, b, y: (w * x + b - y) ** 2, ((), (), (), ()), argnu
 op("fanout", lambda x: np.sin(x) * x + np.exp(-x) * np.sin(x), ((3,),))
 op("only-nondiff-branch", lambda x, y: x * np.exp(y), ((3,), (3,)), argnums=(0,))
 
+# structured control flow: traced, each construct is one node with subgraphs; eager, Python control flow
+op("jg.cond", lambda x: jg.cond(np.sum(x) > 0, lambda v: np.sin(v) * 2.0, lambda v: v ** 3, x),
+   ((3,),), ((2, 2),))
+op("jg.scan", lambda c, xs: jg.scan(lambda c, x: (np.tanh(c * x + 0.5), c * x), c, xs)[1], ((3,), (4, 3)))
+op("jg.fori_loop", lambda x: jg.fori_loop(0, 3, lambda i, v: np.sin(v) * 1.5 + v, x), ((4,),))
+
+# functions NumPy does not differentiate, or whose derivative is zero wherever it exists: values only
+NonDiff = namedtuple("NonDiff", "name fn specs domain")
+NONDIFF = [
+    NonDiff("jg.while_loop", lambda x: jg.while_loop(lambda v: np.sum(v) < 10.0, lambda v: v * 2.0 + 1.0, x),
+            ((3,),), "positive"),
+]
+
 
 def _id(entry):
     specs = ",".join(str(s) if isinstance(s, tuple) else "lit" for s in entry.specs)
@@ -549,6 +562,25 @@ def test_stable_composites_do_not_overflow(mode):
         _, g_lse = jg.value_and_grad(lambda x: np.sum(jg.logsumexp(x, axis=1)))(x)
         np.testing.assert_allclose(np.sum(g_lse, axis=1), [1.0, 1.0], rtol=1e-14)
         np.testing.assert_allclose(g_lse[1], np.exp(x[1] - lse[1]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry", NONDIFF, ids=[e.name for e in NONDIFF])
+def test_nondiff_values(entry):
+    """Values of the entries without a gradient: plain NumPy, the interpreted graph, eagerly."""
+    args = make_args(entry, np.float64)
+    expected = entry.fn(*args)
+    graph = jg.make_graph(entry.fn)(*args).verify()
+    np.testing.assert_array_equal(jg.eval_graph(graph, *args), expected)
+    seen = {}
+
+    def loss(x, *rest):
+        seen["value"] = entry.fn(x, *rest)
+        return np.sum(x)
+
+    if np.asarray(args[0]).dtype.kind == "f":
+        jg.value_and_grad(loss)(*args)
+        v = seen["value"]
+        np.testing.assert_array_equal(getattr(v, "value", v), expected)
 
 
 def test_table_covers_the_spec():
