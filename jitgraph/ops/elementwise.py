@@ -195,6 +195,37 @@ cosh = unary_float("cosh", np.cosh, "cosh({0})", (lambda g, out, x: g * sinh(x),
 arctan = unary_float("arctan", np.arctan, "atan({0})", (lambda g, out, x: g / (x * x + 1.0),))
 
 
+def _over_norm2(g, a, b):
+    """g * a / (a^2 + b^2), taken as 0 where a = b = 0 (no derivative there; 0 is a subgradient)."""
+    d = a * a + b * b
+    return where_(d == 0.0, 0.0, g * a / where_(d == 0.0, 1.0, d))
+
+
+def _over(g, a, r):
+    """g * a / r, taken as 0 where r = 0."""
+    return where_(r == 0.0, 0.0, g * a / where_(r == 0.0, 1.0, r))
+
+
+elementwise_prim("arctan2", "atan2({0}, {1})", np.arctan2,
+                 (lambda g, out, y, x: _over_norm2(g, x, y), lambda g, out, y, x: -_over_norm2(g, y, x)),
+                 float_same, onnx="ONNX has no atan2 operator (an Atan-based formula would lose "
+                 "NumPy's signed-zero and quadrant results)")
+elementwise_prim("hypot", "hypot({0}, {1})", np.hypot,
+                 (lambda g, out, x, y: _over(g, x, out), lambda g, out, x, y: _over(g, y, out)),
+                 float_same, onnx="ONNX has no hypot operator (sqrt(x*x + y*y) overflows where "
+                 "np.hypot does not)")
+
+
+@implements(np.arctan2)
+def arctan2(y, x):
+    return elementwise("arctan2", y, x, float_result=True)
+
+
+@implements(np.hypot)
+def hypot(x, y):
+    return elementwise("hypot", x, y, float_result=True)
+
+
 # ---- comparisons and logic ----------------------------------------------------------------------
 _COMPARE = {"lt": ("<", np.less), "le": ("<=", np.less_equal), "gt": (">", np.greater),
             "ge": (">=", np.greater_equal), "eq": ("==", np.equal), "ne": ("!=", np.not_equal)}
