@@ -5,6 +5,7 @@ source emission per target, building.
 and the Numba entry function. The back end reads the front end's IR and
 primitive registry; nothing here imports jitgraph's public API, which calls in.
 """
+from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .emit_cuda import compile_graph_cuda

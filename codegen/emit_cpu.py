@@ -33,6 +33,7 @@ as 1-element arrays.
 """
 import numpy as np
 
+from jitgraph.ops.registry import Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
 from .fusion import Group, Partition
@@ -55,7 +56,8 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min"}
 F64_RESULT = ("exp", "expm1", "tanh")
 
-OPS = {}     # op name -> lowering of a library op (a step of its own): fn(em, node, v, x)
+# op name -> lowering of a library op (a step of its own): fn(em, node, v, x); see ops_cpu.py
+OPS = Lowerings()
 
 
 def spell(name, dtype):
@@ -72,14 +74,6 @@ def spell(name, dtype):
         raise NotImplementedError(f"codegen: the scalar function {name!r} has no CPU spelling")
     return (f"np.{fn.numpy}" if fn.numpy else f"math.{fn.c}"), None
 
-
-def lowers(*ops):
-    """Decorator: the CPU lowering of these library ops."""
-    def deco(fn):
-        for op in ops:
-            OPS[op] = fn
-        return fn
-    return deco
 
 
 def _owned(a):
@@ -105,7 +99,6 @@ class Emitter(EmitterBase):
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
         self.plan = MemoryPlan(graph, partition, self.sizes, plan=not prefix)
-        self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         # Floating scalar constants other than 0 and 1 are read at run time from `svals`, not
         # written as literals: they often derive from shapes (a mean's 1/batch) or from user
         # globals, and as literals every new batch size or setting would be new source and a
@@ -150,20 +143,16 @@ class Emitter(EmitterBase):
         slot = self.plan.slot_of.get(node.id)
         if slot is None:
             return f"np.empty({self.sizes.shape(shape)}, {dt})"
-        size = f"{self.sizes.product(shape)} * {node.dtype.itemsize}"
-        return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
+        return self.slot(slot, shape, node.dtype)
 
     def scratch(self, k, shape, dtype):
         """An expression for the k-th scratch array (of `shape`) of the current step: a shared
         workspace slot, or a new array without a plan."""
-        dt = np_dtype(dtype)
         dtype = np.dtype(dtype)
         if not self.plan.enabled:
-            return f"np.empty({self.sizes.shape(shape)}, {dt})"
+            return f"np.empty({self.sizes.shape(shape)}, {np_dtype(dtype)})"
         cls = (self.sizes.product(shape), dtype.itemsize)
-        slot = self.plan.scratch(k, shape, dtype.itemsize, cls)
-        size = f"{self.sizes.product(shape)} * {dtype.itemsize}"
-        return f"_rt.slot(ws, wofs[{slot}], {size}, {self.sizes.shape(shape)}, {dt})"
+        return self.slot(self.plan.scratch(k, shape, dtype.itemsize, cls), shape, dtype)
 
     def const_ref(self, node):
         """A scalar constant's value in code: a literal, or the local read from `svals`."""
@@ -354,143 +343,6 @@ class Emitter(EmitterBase):
                 f"        {stacked}_row[{stacked}_q] = {stacked}_val[{stacked}_q]"]
 
 
-# ---- lowerings of library ops -------------------------------------------------------------------
-@lowers("matmul")
-def _matmul(em, node, v, x):
-    S = em.sizes
-    if node.ndim == 2:
-        em.body.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]}, {em.buffer(node)})")
-        return
-    a, b = node.inputs
-    nb = S.product(node.shape[:-2])
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    em.body.append(f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
-                   f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
-                   f"{em.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
-                   f".reshape({S.shape(node.shape)})")
-
-
-@lowers("transpose")
-def _transpose(em, node, v, x):
-    users = em.users[node.id]
-    if node.p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
-            and node not in em.graph.outputs:
-        em.body.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
-    else:
-        em.body.append(f"{v} = _rt.copy({x[0]}.transpose({tuple(node.p['perm'])}), {em.buffer(node)})")
-
-
-@lowers("reshape")
-def _reshape(em, node, v, x):
-    em.body.append(f"{v} = {x[0]}.reshape({em.sizes.shape(node.shape)})")
-
-
-@lowers("broadcast")
-def _broadcast(em, node, v, x):
-    em.body.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {em.sizes.shape(node.shape)}))")
-
-
-@lowers("slice")
-def _slice(em, node, v, x):
-    em.body.append(f"{v} = _rt.copy({x[0]}[{em.slices(node.p)}], {em.buffer(node)})")
-
-
-@lowers("pad_slice")
-def _pad_slice(em, node, v, x):
-    em.body += [f"{v} = {em.buffer(node)}", f"{v}[...] = 0", f"_rt.copy({x[0]}, {v}[{em.slices(node.p)}])"]
-
-
-@lowers("concatenate")
-def _concatenate(em, node, v, x):
-    em.body.append(f"{v} = np.concatenate(({', '.join(x)},), axis={node.p['axis']})")
-
-
-@lowers("gather", "scatter_add")
-def _gather(em, node, v, x):
-    S = em.sizes
-    axis = node.p["axis"]
-    idx = node.inputs[1]
-    big = node.inputs[0].shape if node.op == "gather" else node.shape
-    pre, post, n = S.product(big[:axis]), S.product(big[axis + 1:]), S(big[axis])
-    m = S.product(idx.shape)
-    buf = em.buffer(node)
-    if node.op == "gather":
-        src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
-    else:
-        src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
-        em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
-    em.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
-                   f".reshape({S.shape(node.shape)})")
-
-
-@lowers("proj")
-def _proj(em, node, v, x):
-    em.body.append(f"{v} = {em.tuple_part(node.inputs[0], node.p['index'])}")
-
-
-@lowers("scan")
-def _scan(em, node, v, x):
-    p, S, out = node.p, em.sizes, em.body
-    dims, trailing, fname = em.subkernel(p["body"])
-    nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
-    consts, init, xs = x[:nc], x[nc:nc + nk], x[nc + nk:]
-    x_nodes = node.inputs[nc + nk:]
-    avals = p["out_avals"]
-    n_y = len(avals) - 2 * nk
-    used = {u.p["index"] for u in em.users[node.id] if u.op == "proj"}
-    t = "t" + em.names[node.id]
-    it = f"{t}_p"
-    carry = [em.tuple_part(node, k) for k in range(nk)]
-    ys = [(nk + k, em.tuple_part(node, nk + k)) for k in range(n_y)]
-    hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
-    for c, val in zip(carry, init):
-        out.append(f"{c} = {val}")
-    for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
-        shape, dt = avals[k]
-        out.append(f"{val} = np.empty({S.shape(shape)}, {np_dtype(dt)})")
-    order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
-    out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
-    for k, h in hist:
-        out += em.store_row(h, it, carry[k], avals[k][0])
-    slices = [f"{val}[{it}:{it} + 1]" if xn.ndim == 1 else f"{val}[{it}]" for val, xn in zip(xs, x_nodes)]
-    args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
-    out.append(f"    {t}_r = {fname}({', '.join(args)})")
-    for k, c in enumerate(carry):
-        out.append(f"    {c} = {t}_r[{k}]")
-    for k, val in ys:
-        out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
-
-
-@lowers("cond")
-def _cond(em, node, v, x):
-    gf, gt = node.p["branches"]
-    t = "t" + em.names[node.id]
-    calls = []
-    for g in (gt, gf):
-        dims, trailing, fname = em.subkernel(g)
-        calls.append(f"{t}_r = {fname}({', '.join([dims] + x[1:] + trailing)})")
-    em.body += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
-    for k in range(len(node.p["out_avals"])):
-        em.body.append(f"{em.tuple_part(node, k)} = {t}_r[{k}]")
-
-
-@lowers("while")
-def _while(em, node, v, x):
-    p, out = node.p, em.body
-    nc = p["n_consts"]
-    consts, init = x[:nc], x[nc:]
-    cdims, ctrail, cname = em.subkernel(p["cond"])
-    bdims, btrail, bname = em.subkernel(p["body"])
-    t = "t" + em.names[node.id]
-    carry = [em.tuple_part(node, k) for k in range(len(init))]
-    for c, val in zip(carry, init):
-        out.append(f"{c} = {val}")
-    out.append(f"while {cname}({', '.join([cdims] + consts + carry + ctrail)})[0][0]:")
-    out.append(f"    {t}_r = {bname}({', '.join([bdims] + consts + carry + btrail)})")
-    for k, c in enumerate(carry):
-        out.append(f"    {c} = {t}_r[{k}]")
-
-
 # ---- loop groups -----------------------------------------------------------------------------------
 class Names:
     """How a group's code names values: as the entry function does (inline), or in order of first
@@ -606,64 +458,58 @@ class GroupEmitter:
             for d in range(1, g.k):
                 body.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
                 depth += ind
-            body += self._flat_body(depth) if g.k == g.rank else self._row_body(depth)
+            body += self._flat_body(depth) if g.k == g.rank else self.plan.row_body(self, depth)
         self._finish(body)
 
-    def _store(self, n, ind, lines):
-        if n.id in self.em.part.materialized:
-            self.writes[n.id] = n
-            lines.append(ind + f"{self.flat_name(n)}[{self.point_index(n.shape)}] = {self.n.scalar(n)}")
+    # ---- the parts GroupPlan.row_body renders with ------------------------------------------------
+    def scalar(self, n):
+        return self.n.scalar(n)
 
-    def _members(self, nodes, ind, lines):
-        for n in nodes:
-            lines.append(ind + self.plan.node_line(n, self.value, self.n))
-            self._store(n, ind, lines)
+    def comment(self, n):
+        return self.n.comment(n)
 
-    def _sink_update(self, s, ind):
+    def store(self, n, ind):
+        if n.id not in self.em.part.materialized:
+            return []
+        self.writes[n.id] = n
+        return [ind + f"{self.flat_name(n)}[{self.point_index(n.shape)}] = {self.n.scalar(n)}"]
+
+    row_store = store
+
+    def update(self, s):
+        """The statement adding the current point's value into sink (or row reduction) s."""
         x = s.inputs[0]
-        if s.id in self.scalar_accs:
+        if s.kind == "reduce" and self.members[s.id] == 1:
+            target = self.n.scalar(s)
+        elif s.id in self.scalar_accs:
             target = self.n.local(s, "x", "_acc")
         elif s.id in self.partials:
             target = f"{self.n.var(s, '_part')}[ch, {self.point_index(x.shape, skip=s.p['axes'])}]"
         else:
             target = f"{self.n.var(s)}[{self.point_index(x.shape, skip=s.p['axes'])}]"
-        return (ind + self.em.reduce_update(s.op, target, self.value(x, x.shape), s.dtype)
-                + "  " + self.n.comment(s))
+        return self.em.reduce_update(s.op, target, self.value(x, x.shape), s.dtype) + "  " + self.n.comment(s)
+
+    def row_update(self, s, ind):
+        return [ind + self.update(s)]
+
+    def open_pass(self, ind):
+        lines, g = [], self.g
+        for d in range(g.k, g.rank):
+            lines.append(ind + f"for i{d} in range({self.S(g.shape[d])}):")
+            ind += "    "
+        return lines, ind
+
+    def close_pass(self, reds, ind):
+        return [ln for r in reds for ln in self.store(r, ind)]
 
     def _flat_body(self, ind):
         """No inner axes: every member and sink once per point."""
         lines = []
-        self._members([n for n in self.g.nodes if self.members[n.id] != "sink"], ind, lines)
-        lines += [self._sink_update(s, ind) for s in self.plan.sinks]
-        return lines
-
-    def _row_body(self, ind):
-        """Row group: per-row values between passes over the inner axes."""
-        g, em, lines = self.g, self.em, []
-        for ps in self.plan.passes():
-            self._members(ps.row, ind, lines)
-            lines += [self._sink_update(s, ind) for s in ps.row_sinks]
-            if ps.empty:
-                continue
-            lines.append(ind + f"# pass {ps.index} over the row")
-            for r in ps.reds:
-                lines.append(ind + f"{self.n.scalar(r)} = {em.reduce_init(r.op, r.dtype)}")
-            depth = ind
-            for d in range(g.k, g.rank):
-                lines.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
-                depth += "    "
-            for n in ps.needed:
-                lines.append(depth + self.plan.node_line(n, self.value, self.n))
-                if n in ps.stores:
-                    self._store(n, depth, lines)
-            for r in ps.reds:
-                x = r.inputs[0]
-                lines.append(depth + em.reduce_update(r.op, self.n.scalar(r), self.value(x, x.shape), r.dtype)
-                             + "  " + self.n.comment(r))
-            lines += [self._sink_update(s, depth) for s in ps.sinks]
-            for r in ps.reds:
-                self._store(r, ind, lines)
-        return lines
+        for n in self.g.nodes:
+            if self.members[n.id] != "sink":
+                lines.append(ind + self.plan.node_line(n, self.value, self.n))
+                lines += self.store(n, ind)
+        return lines + [ind + self.update(s) for s in self.plan.sinks]
 
     def _finish(self, body):
         """The group's allocations in the entry, and its loop: chunks over prange, or serial;

@@ -53,6 +53,7 @@ import numpy as np
 
 from jitgraph.errors import NotSupportedError
 from jitgraph.ops.registry import PRIMS
+from jitgraph.ops.registry import Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
 from . import cuda_config
@@ -68,16 +69,9 @@ SEGMENT = {"reduce_sum": "_rt.seg_sum", "reduce_prod": "_rt.seg_prod",
 NB_TYPES = {"float64": "float64", "float32": "float32", "int64": "int64", "int32": "int32",
             "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "boolean"}
 
-OPS = {}     # op name -> lowering of a library op (its own kernel or host call): fn(em, node, v)
+# op name -> lowering of a library op (its own kernel or host call): fn(em, node, v); see ops_cuda.py
+OPS = Lowerings()
 
-
-def lowers(*ops):
-    """Decorator: the CUDA lowering of these library ops."""
-    def deco(fn):
-        for op in ops:
-            OPS[op] = fn
-        return fn
-    return deco
 
 
 def spell(name, dtype):
@@ -202,7 +196,6 @@ class CudaEmitter(EmitterBase):
     def __init__(self, graph, partition, tpb):
         super().__init__(graph, partition)
         self.tpb = tpb
-        self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         self.kernels = []
         self.host = []
         self.stored = set(partition.materialized)
@@ -252,9 +245,7 @@ class CudaEmitter(EmitterBase):
         new allocation for values outside the plan (outputs, materialized broadcasts)."""
         shape, dt = self.sizes.shape(node.shape), np_dtype(node.dtype)
         slot = self.plan.slot_of.get(node.id)
-        if slot is None:
-            return f"_rt.empty({shape}, {dt})"
-        return f"_rt.slot(ws, wofs[{slot}], {self.sizes.product(node.shape)} * {node.dtype.itemsize}, {shape}, {dt})"
+        return f"_rt.empty({shape}, {dt})" if slot is None else self.slot(slot, node.shape, node.dtype)
 
     def host_array(self, node):
         """A host expression for node's value as a device array of its shape."""
@@ -365,167 +356,6 @@ class CudaEmitter(EmitterBase):
 
 
 
-# ---- lowerings of library ops ---------------------------------------------------------------------
-@lowers("matmul")
-def _matmul(em, node, v):
-    S = em.sizes
-    a, b = node.inputs
-    nb = S.product(node.shape[:-2])
-    m, kk, n = S(a.shape[-2]), S(a.shape[-1]), S(b.shape[-1])
-    operands, flags = [], []
-    for x, (r, c) in ((a, (m, kk)), (b, (kk, n))):
-        t = x.id in em.matmul_t
-        src = em.host_array(x.inputs[0] if t else x)
-        operands.append(f"{src}.reshape(({nb}, {c if t else r}, {r if t else c}))")
-        flags.append(t)
-    extra = "".join(f", {f}={t}" for f, t in zip(("ta", "tb"), flags) if t)
-    em.host.append(em.comment(node))
-    em.host.append(f"{v} = {em.buffer(node)}")
-    em.host.append(f"_rt.matmul({operands[0]}, {operands[1]}, {v}.reshape(({nb}, {m}, {n})){extra})")
-
-
-@lowers("reshape")
-def _reshape(em, node, v):
-    x = em.host_array(node.inputs[0])
-    em.host.append(em.comment(node))
-    em.host.append(f"{v} = {x}.reshape({em.sizes.shape(node.shape)})  # a view")
-    em.views.add(node.id)
-
-
-@lowers("transpose")
-def _transpose(em, node, v):
-    perm, x = node.p["perm"], node.inputs[0]
-
-    def value(k, ix):
-        xi = [None] * x.ndim
-        for d, src in enumerate(perm):
-            xi[src] = ix[d]
-        return em.read(k, x, xi)
-    em.emit_pointwise(node, value)
-
-
-@lowers("broadcast")
-def _broadcast(em, node, v):
-    x = node.inputs[0]
-    em.emit_pointwise(node, lambda k, ix: em.read(k, x, ix[node.ndim - x.ndim:]))
-
-
-@lowers("slice")
-def _slice(em, node, v):
-    x, p = node.inputs[0], node.p
-
-    def value(k, ix):
-        xi = []
-        for d, (a, c) in enumerate(zip(p["starts"], p["steps"])):
-            t = ix[d] if c == 1 else f"{ix[d]} * {c}"
-            xi.append(t if a == 0 else (f"{a} + {t}" if t != "0" else str(a)))
-        return em.read(k, x, xi)
-    em.emit_pointwise(node, value)
-
-
-@lowers("pad_slice")
-def _pad_slice(em, node, v):
-    x = node.inputs[0]
-
-    def value(k, ix):
-        lines, xi, conds = [], [], []
-        for d, (a, c) in enumerate(zip(node.p["starts"], node.p["steps"])):
-            if a == 0 and c == 1 and x.shape[d] == node.shape[d]:
-                xi.append(ix[d])
-                continue
-            j = f"j{d}"
-            off = ix[d] if a == 0 else f"({ix[d]} - {a})"
-            lines.append(f"{j} = {off} // {c}" if c != 1 else f"{j} = {off}")
-            if c != 1:
-                conds.append(f"{off} % {c} == 0")
-            conds += [f"{j} >= 0", f"{j} < {k.S(x.shape[d])}"]
-            xi.append(j)
-        if not conds:
-            return em.read(k, x, xi)
-        lines.append(f"ok = {' and '.join(conds)}")
-        return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
-    em.emit_pointwise(node, value)
-
-
-@lowers("concatenate")
-def _concatenate(em, node, v):
-    axis = node.p["axis"]
-
-    def value(k, ix):
-        lines, off = [], []
-        xs = node.inputs
-        for j, x in enumerate(xs):
-            xi = list(ix)
-            base = " + ".join(off) if off else None
-            if base:
-                xi[axis] = f"{ix[axis]} - ({base})"
-            expr = em.read(k, x, xi)
-            off.append(k.S(x.shape[axis]))
-            if j == len(xs) - 1:
-                lines.append(("else:" if j else "if True:"))
-            else:
-                lines.append(f"{'elif' if j else 'if'} {ix[axis]} < {' + '.join(off)}:")
-            lines.append(f"    val = {expr}")
-        return lines, "val"
-    em.emit_pointwise(node, value)
-
-
-@lowers("gather")
-def _gather(em, node, v):
-    x, idx = node.inputs
-    axis = node.p["axis"]
-    em.uses_err = True
-
-    def value(k, ix):
-        m = idx.ndim
-        n = k.S(x.shape[axis])
-        lines = [f"ij = {em.read(k, idx, ix[axis:axis + m])}",
-                 "if ij < 0:", f"    ij += {n}",
-                 f"ok = ij >= 0 and ij < {n}",
-                 "if not ok:", "    err[0] = 1"]
-        k.array("err")
-        xi = ix[:axis] + ["ij"] + ix[axis + m:]
-        return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
-    em.emit_pointwise(node, value)
-
-
-@lowers("scatter_add")
-def _scatter_add(em, node, v):
-    """out[pre, idx[j], post] += g[pre, j, post]: one thread per (pre, post) column, j in order."""
-    em.uses_err = True
-    g, idx = node.inputs
-    axis = node.p["axis"]
-    m = idx.ndim
-    out_shape = node.shape
-    cols = tuple(out_shape[:axis]) + tuple(out_shape[axis + 1:])
-    k = em.kernel(f"scatter_add -> {em.names[node.id]}")
-    S = k.S
-    k.lines.append(em.comment(node))
-    total = em.sizes.product(cols)
-    k.scalar("total", total)
-    names = [f"i{d}" for d in range(len(out_shape)) if d != axis]
-    k.lines.append("for p in range(cuda.grid(1), total, cuda.gridsize(1)):")
-    lines, cix = unravel("p", cols, names, S, "    ")
-    k.lines += lines
-    oix = lambda a: cix[:axis] + [a] + cix[axis:]   # noqa: E731
-    k.array(v)
-    k.array("err")
-    n = S(out_shape[axis])
-    k.lines += [f"    for r in range({n}):", f"        {v}[{_index(oix('r'))}] = {literal(0, node.dtype)}"]
-    k.lines.append(f"    for j in range({S.product(idx.shape)}):")
-    jl, jix = unravel("j", idx.shape, [f"j{d}" for d in range(m)], S, "        ")
-    k.lines += jl
-    gix = cix[:axis] + jix + cix[axis:]
-    k.lines += [f"        ij = {em.read(k, idx, jix)}",
-                "        if ij < 0:", f"            ij += {n}",
-                f"        if ij >= 0 and ij < {n}:",
-                f"            {v}[{_index(oix('ij'))}] += {em.read(k, g, gix)}",
-                "        else:", "            err[0] = 1"]
-    em.host.append(em.comment(node))
-    em.host.append(f"{v} = {em.buffer(node)}")
-    em.host.append(k.launch(f"_rt.blocks({total}, TPB)"))
-
-
 # ---- loop groups ----------------------------------------------------------------------------------------
 class GroupKernel:
     """Emits one loop group: its kernel, the host lines launching it, and the combine passes."""
@@ -580,7 +410,7 @@ class GroupKernel:
         ix = ["0" if n.shape[d] == 1 else f"i{d}" for d in range(n.ndim)]
         return f"{v}[{_index(ix) if n.ndim else '0'}] = {self.em.scalar(n)}"
 
-    def update(self, s, acc, x):
+    def _update(self, s, acc, x):
         """`acc = acc (op) value of x`, with the node's comment."""
         return f"{self.em.reduce_update(s.op, acc, self.value(x, x.shape), s.dtype)}  {self.em.comment(s)}"
 
@@ -595,6 +425,7 @@ class GroupKernel:
         g, em = self.g, self.em
         self.plan = GroupPlan(em, g, em.stored, index_sinks=False)
         self._classify()
+        self.plan.loop_sinks = self.scalar_sinks + self.col_sinks    # the others get their own kernels
         self.k = em.kernel(f"group {g.seq}: {self.title()}")
         em.host.append(f"# group {g.seq}: {self.title()}")
         for n in g.nodes:
@@ -663,7 +494,7 @@ class GroupKernel:
             if self.members[n.id] != "sink":
                 self.member_line(n, ind, lines)
         for s in self.scalar_sinks + self.col_sinks:
-            lines.append(ind + self.update(s, self.acc(s), s.inputs[0]))
+            lines.append(ind + self._update(s, self.acc(s), s.inputs[0]))
         for s in self.col_sinks:
             # T is a multiple of every column count, so thread t always meets columns t % ncol
             k.array(self.part(s))
@@ -722,7 +553,7 @@ class GroupKernel:
         ind = "    "
         ul, _ = unravel("row", g.shape[:g.k], [f"i{d}" for d in range(g.k)], k.S, ind)
         lines += ul
-        self._row_body(lines, ind)
+        lines += self.plan.row_body(self, ind)
         if self.scalar_sinks:
             self._finish_scalar_sinks(lines)
         em.host.append(f"rw{seq} = _rt.row_width({ninner}, TPB)")
@@ -736,43 +567,42 @@ class GroupKernel:
         for s in self.col_sinks:
             self._combine_host(s, f"(B{seq} * (TPB // rw{seq}), {ninner})")
 
-    def _row_store(self, n, ind, lines):
-        if n.id in self.em.stored:
-            lines.append(f"{ind}if active and lane == 0:")
-            lines.append(f"{ind}    {self.store_line(n)}")
+    # ---- the parts GroupPlan.row_body renders with ---------------------------------------------------
+    def scalar(self, n):
+        return self.em.scalar(n)
 
-    def _row_body(self, lines, ind):
-        g, em, k = self.g, self.em, self.k
-        for ps in self.plan.passes():
-            for n in ps.row:
-                lines.append(ind + self.plan.node_line(n, self.value, em))
-                self._row_store(n, ind, lines)
-            for s in ps.row_sinks:
-                if s in self.scalar_sinks:
-                    lines += [f"{ind}if active and lane == 0:", f"{ind}    {self.update(s, self.acc(s), s.inputs[0])}"]
-            sinks = [s for s in ps.sinks if s in self.scalar_sinks or s in self.col_sinks]
-            if not (ps.reds or ps.stores or sinks):
-                continue
-            lines.append(f"{ind}# pass {ps.index} over the row")
-            for r in ps.reds:
-                lines.append(f"{ind}{em.scalar(r)} = {em.reduce_init(r.op, r.dtype)}")
-            lines.append(f"{ind}for q in range(lane, ninner if active else 0, rw):")
-            d2 = ind + "    "
-            ul, _ = unravel("q", g.shape[g.k:], [f"i{d}" for d in range(g.k, g.rank)], k.S, d2)
-            lines += ul
-            for n in self.g.needed([r.inputs[0] for r in ps.reds] + ps.stores + [s.inputs[0] for s in sinks]):
-                lines.append(d2 + self.plan.node_line(n, self.value, em))
-                if n in ps.stores:
-                    lines.append(d2 + self.store_line(n))
-            for r in ps.reds:
-                lines.append(d2 + self.update(r, em.scalar(r), r.inputs[0]))
-            for s in sinks:
-                tgt = f"{self.part(s)}[slot, q]" if s in self.col_sinks else self.acc(s)
-                lines.append(d2 + self.update(s, tgt, s.inputs[0]))
-            for r in ps.reds:
-                sh, _ = em.shared(r.dtype)
-                lines.append(f"{ind}{em.scalar(r)} = {SEGMENT[r.op]}({sh}, tid, lane, rw, {em.scalar(r)})")
-                self._row_store(r, ind, lines)
+    def comment(self, n):
+        return self.em.comment(n)
+
+    def store(self, n, ind):
+        return [ind + self.store_line(n)]
+
+    def row_store(self, n, ind):
+        if n.id not in self.em.stored:
+            return []
+        return [f"{ind}if active and lane == 0:", f"{ind}    {self.store_line(n)}"]
+
+    def update(self, s):
+        if s.kind == "reduce" and self.members[s.id] == 1:
+            return self._update(s, self.em.scalar(s), s.inputs[0])
+        tgt = f"{self.part(s)}[slot, q]" if s in self.col_sinks else self.acc(s)
+        return self._update(s, tgt, s.inputs[0])
+
+    def row_update(self, s, ind):
+        return [f"{ind}if active and lane == 0:", f"{ind}    {self._update(s, self.acc(s), s.inputs[0])}"]
+
+    def open_pass(self, ind):
+        g = self.g
+        ul, _ = unravel("q", g.shape[g.k:], [f"i{d}" for d in range(g.k, g.rank)], self.k.S, ind + "    ")
+        return [f"{ind}for q in range(lane, ninner if active else 0, rw):"] + ul, ind + "    "
+
+    def close_pass(self, reds, ind):
+        lines = []
+        for r in reds:
+            sh, _ = self.em.shared(r.dtype)
+            lines.append(f"{ind}{self.em.scalar(r)} = {SEGMENT[r.op]}({sh}, tid, lane, rw, {self.em.scalar(r)})")
+            lines += self.row_store(r, ind)
+        return lines
 
     # ---- sinks of other shapes: a chunked reduction of the stored input ----------------------------------
     def emit_reduction(self, s):

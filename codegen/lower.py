@@ -21,7 +21,7 @@ from jitgraph.ops.reduce import REDUCTIONS, identity
 from jitgraph.ops.registry import PRIMS
 from jitgraph.ops.scalar import compute_dtype, fill, render
 
-from .source import Sizes, literal
+from .source import Sizes, literal, np_dtype
 
 
 class EmitterBase:
@@ -35,6 +35,8 @@ class EmitterBase:
         self.part = partition
         self.names = graph.names()
         self.sizes = Sizes(graph)
+        # constant arrays are parameters of the kernel (scalars are written into the code)
+        self.const_args = [n for n in graph.nodes if n.op == "const" and n.value.ndim > 0]
         self._render = functools.lru_cache(maxsize=None)(
             lambda template, dtype: render(template, self.spell, literal, dtype))
 
@@ -49,6 +51,12 @@ class EmitterBase:
 
     def is_scalar_const(self, node):
         return node.op == "const" and node.value.ndim == 0
+
+    def slot(self, slot, shape, dtype):
+        """The workspace view of planned slot `slot` holding an array of `shape` and `dtype`."""
+        dtype = np.dtype(dtype)
+        return (f"_rt.slot(ws, wofs[{slot}], {self.sizes.product(shape)} * {dtype.itemsize}, "
+                f"{self.sizes.shape(shape)}, {np_dtype(dtype)})")
 
     def comment(self, node):
         """`# c:f64[n0,n1] = mul a b`: the node, with sizes as the symbols the code uses."""
@@ -118,6 +126,7 @@ class GroupPlan:
         self.stored = stored
         self.size = int(np.prod(group.shape, dtype=np.int64))
         self.sinks = [n for n in group.nodes if self.members[n.id] == "sink"]
+        self.loop_sinks = self.sinks     # the sinks the group's own loop updates
         self.flat = self._flat_ok(index_sinks)
 
     # ---- structure ------------------------------------------------------------------------------
@@ -178,13 +187,43 @@ class GroupPlan:
             ps = Pass(
                 p,
                 row=[n for n in g.nodes if m[n.id] == 1 and ready[n.id] == p and n.kind != "reduce"],
-                row_sinks=[s for s in self.sinks if self.level(s.inputs[0]) == 1
+                row_sinks=[s for s in self.loop_sinks if self.level(s.inputs[0]) == 1
                            and ready.get(s.inputs[0].id, 0) == p],
                 reds=[n for n in g.nodes if m[n.id] == 1 and n.kind == "reduce" and ready[n.id] == p + 1],
                 stores=[n for n in g.nodes if m[n.id] == 2 and n.id in self.stored and ready[n.id] == p],
-                sinks=[s for s in self.sinks if self.level(s.inputs[0]) == 2
+                sinks=[s for s in self.loop_sinks if self.level(s.inputs[0]) == 2
                        and ready.get(s.inputs[0].id, 0) == p])
             roots = [r.inputs[0] for r in ps.reds] + ps.stores + [s.inputs[0] for s in ps.sinks]
             ps.needed = g.needed(roots) if not ps.empty else []
             out.append(ps)
         return out
+
+    def row_body(self, r, ind):
+        """The body of a row group's loop for one row (at indentation `ind`), rendered by `r`:
+        the per-row values and sinks known before each pass, then the pass over the row's
+        points (its row reductions, stores and sinks). The renderer supplies the target's
+        parts: `scalar`, `comment`, `value` (naming), `store(n, ind)` and `row_store(n, ind)`
+        (lines storing a per-point or per-row member), `update(s)` (a sink's or row
+        reduction's update statement), `row_update(s, ind)` (lines updating a sink of a
+        per-row value), `open_pass(ind)` (lines opening the loop over a row, and the indent
+        inside it) and `close_pass(reds, ind)` (lines finishing the pass's row reductions)."""
+        em, lines = self.em, []
+        for ps in self.passes():
+            for n in ps.row:
+                lines.append(ind + self.node_line(n, r.value, r))
+                lines += r.row_store(n, ind)
+            for s in ps.row_sinks:
+                lines += r.row_update(s, ind)
+            if ps.empty:
+                continue
+            lines.append(f"{ind}# pass {ps.index} over the row")
+            lines += [f"{ind}{r.scalar(red)} = {em.reduce_init(red.op, red.dtype)}" for red in ps.reds]
+            head, inner = r.open_pass(ind)
+            lines += head
+            for n in ps.needed:
+                lines.append(inner + self.node_line(n, r.value, r))
+                if n in ps.stores:
+                    lines += r.store(n, inner)
+            lines += [inner + r.update(x) for x in ps.reds + ps.sinks]
+            lines += r.close_pass(ps.reds, ind)
+        return lines

@@ -53,7 +53,7 @@ from .api import trace_graph
 from .errors import NotSupportedError
 from .graph import Graph
 from .ops import scalar
-from .ops.registry import PRIMS
+from .ops.registry import PRIMS, Lowerings
 from .tree import tree_flatten
 
 DEFAULT_OPSET = 18
@@ -167,15 +167,8 @@ class _Builder:
 
 
 # ---- emitters: one per primitive; each writes the node's value into `out` ------------------
-_EMITTERS = {}
-
-
-def _emits(*ops):
-    def register(fn):
-        for op in ops:
-            _EMITTERS[op] = fn
-        return fn
-    return register
+_EMITTERS = Lowerings()
+_emits = _EMITTERS.register
 
 
 def _is_float(dtype):
@@ -510,15 +503,8 @@ def _scatter_add(b, node, ins, out):
 # ---- control flow -----------------------------------------------------------------------------
 # A control node's value is a tuple: its emitter returns one ONNX value name per element
 # (`out_avals`), and `proj` nodes pick from that list.
-_CONTROL_EMITTERS = {}
-
-
-def _emits_control(*ops):
-    def register(fn):
-        for op in ops:
-            _CONTROL_EMITTERS[op] = fn
-        return fn
-    return register
+_CONTROL_EMITTERS = Lowerings()
+_emits_control = _CONTROL_EMITTERS.register
 
 
 @_emits("proj")
@@ -556,8 +542,7 @@ def _cond(b, node, ins, used):
     pred, args = ins[0], ins[1:]
     avals = _out_avals(node)
     if not avals:
-        raise NotSupportedError(f"ONNX export: a cond with no outputs (ONNX If needs at least one)"
-                                f"")
+        raise NotSupportedError("ONNX export: a cond with no outputs (ONNX If needs at least one)")
     false_graph, true_graph = node.p["branches"]
     attrs = {}
     for attr, g, role in (("then_branch", true_graph, "true"), ("else_branch", false_graph, "false")):

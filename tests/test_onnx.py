@@ -20,13 +20,13 @@ from jitgraph import onnx_export
 from jitgraph.errors import NotSupportedError
 from jitgraph.graph import Graph, Node
 from jitgraph.interpreter import evaluate
-from jitgraph import onnx_export
 from jitgraph.onnx_export import export_onnx, graph_to_onnx, supported_ops
 from jitgraph.ops import registry
-PRIMS = registry.PRIMS
 from jitgraph.tree import tree_flatten
 
-from test_ops import TABLE, _id, _sample, diff_argnums, make_args
+from test_ops import TABLE, _id, _sample, diff_argnums, make_args, program_ops
+
+PRIMS = registry.PRIMS
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -101,7 +101,7 @@ def test_table_program(entry, dtype):
     example = make_args(entry, dtype)
     new = fresh_args(entry, dtype)
     argnums = diff_argnums(entry)
-    marked = sorted(_ops(jg.make_graph(entry.fn, argnums, grad=True)(*example))
+    marked = sorted(program_ops(jg.make_graph(entry.fn, argnums, grad=True)(*example))
                     & {name for name, p in PRIMS.items() if p.onnx})
     if marked:      # a primitive marked not exportable: export names it and its reason
         reason = re.escape(PRIMS[marked[0]].onnx)
@@ -157,18 +157,6 @@ def test_extra_program(name, fn, args, new):
         check_program(fn, args, new, 0, np.float64, gradient=True)
 
 
-def _ops(graph):
-    """Op names of `graph` and, recursively, of its branches and loop bodies."""
-    ops = set()
-    for n in graph.nodes:
-        ops.add(n.op)
-        for _, v in n.params:
-            for g in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(g, Graph):
-                    ops |= _ops(g)
-    return ops
-
-
 def test_every_prim_maps_and_is_covered():
     """Each primitive, control flow included, has an ONNX mapping, and the tests above run it."""
     unmapped = {name for name, p in PRIMS.items() if not p.onnx} - supported_ops()
@@ -178,12 +166,12 @@ def test_every_prim_maps_and_is_covered():
     for entry in TABLE:
         args = make_args(entry, np.float64)
         for grad in (False, True):
-            covered |= _ops(jg.make_graph(entry.fn, diff_argnums(entry), grad=grad)(*args))
+            covered |= program_ops(jg.make_graph(entry.fn, diff_argnums(entry), grad=grad)(*args))
     for _, fn, args, _ in EXTRA:
-        covered |= _ops(jg.make_graph(fn)(*args))
+        covered |= program_ops(jg.make_graph(fn)(*args))
     for _, fn, args, _, grads in CONTROL:
         for grad in grads:
-            covered |= _ops(jg.make_graph(fn, grad=grad)(*args))
+            covered |= program_ops(jg.make_graph(fn, grad=grad)(*args))
     missing = supported_ops() - covered
     assert not missing, f"mapped prims no test program exercises: {sorted(missing)}"
 

@@ -319,6 +319,18 @@ NONDIFF = [
 ]
 
 
+def program_ops(graph):
+    """The ops of a graph and of the subgraphs its control nodes hold."""
+    ops = set()
+    for n in graph.nodes:
+        ops.add(n.op)
+        for _, v in n.params:
+            for g in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(g, jg.Graph):
+                    ops |= program_ops(g)
+    return ops
+
+
 def _id(entry):
     specs = ",".join(str(s) if isinstance(s, tuple) else "lit" for s in entry.specs)
     return f"{entry.name}-{specs}"

@@ -11,23 +11,10 @@ import pytest
 
 import jitgraph as jg
 from jitgraph.codegen import emit_cpu, emit_cuda
-from jitgraph.graph import Graph
 from jitgraph.onnx_export import supported_ops
 from jitgraph.ops import registry, scalar
 from jitgraph.ops.reduce import REDUCTIONS
-from test_ops import NONDIFF, TABLE, diff_argnums, make_args
-
-
-def _ops(graph):
-    """Ops of a graph and of the subgraphs its control nodes hold."""
-    ops = set()
-    for n in graph.nodes:
-        ops.add(n.op)
-        for _, v in n.params:
-            for g in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(g, Graph):
-                    ops |= _ops(g)
-    return ops
+from test_ops import NONDIFF, TABLE, diff_argnums, make_args, program_ops
 
 
 def table_ops():
@@ -35,9 +22,9 @@ def table_ops():
     ops = set()
     for entry in TABLE:
         args = make_args(entry, np.float64)
-        ops |= _ops(jg.make_graph(entry.fn, diff_argnums(entry), grad=True)(*args))
+        ops |= program_ops(jg.make_graph(entry.fn, diff_argnums(entry), grad=True)(*args))
     for entry in NONDIFF:
-        ops |= _ops(jg.make_graph(entry.fn)(*make_args(entry, np.float64)))
+        ops |= program_ops(jg.make_graph(entry.fn)(*make_args(entry, np.float64)))
     return ops
 
 

@@ -120,6 +120,18 @@ def primitive(name):
         raise JitgraphError(f"unknown primitive {name!r}") from None
 
 
+class Lowerings(dict):
+    """A back end's table of per-primitive lowerings: op name -> function (CPU, CUDA, ONNX)."""
+
+    def register(self, *ops):
+        """Decorator: the lowering of these ops."""
+        def deco(fn):
+            for op in ops:
+                self[op] = fn
+            return fn
+        return deco
+
+
 # ---- the NumPy front end -------------------------------------------------------------------
 UFUNCS = {}      # np.ufunc -> function of the same arguments on traced values
 FUNCTIONS = {}   # NumPy function (dispatched through __array_function__) -> implementation
