@@ -39,7 +39,7 @@ from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
-from .source import LocalNames, LocalSizes, RecordingSizes, literal, np_dtype
+from .source import Names, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
@@ -344,46 +344,6 @@ class Emitter(EmitterBase):
 
 
 # ---- loop groups -----------------------------------------------------------------------------------
-class Names:
-    """How a group's code names values: as the entry function does (inline), or in order of first
-    use (a group emitted as a function of its own; see `Emitter.function`). Records the entry's
-    values the code reads, which such a function takes as parameters."""
-
-    def __init__(self, em, local):
-        self.em = em
-        self.names = LocalNames() if local else em.names
-        self.sizes = LocalSizes(em.sizes) if local else RecordingSizes(em.sizes)
-        self.params = {}      # name in this code -> the entry's expression for it
-
-    def var(self, node, suffix=""):
-        """The entry's array holding node's value (a parameter of a group function)."""
-        name = f"v{self.names[node.id]}{suffix}"
-        self.params[name] = self.em.var(node) + suffix
-        return name
-
-    def local(self, node, prefix, suffix=""):
-        """A name the group's own code defines for node."""
-        return f"{prefix}{self.names[node.id]}{suffix}"
-
-    def scalar(self, node):
-        return self.local(node, "x")
-
-    def const_ref(self, node):
-        if node.id in self.em._hoisted:
-            name = self.local(node, "x", "_c")
-            self.params[name] = self.em.const_ref(node)
-            return name
-        return literal(node.value, node.dtype)
-
-    def comment(self, node):
-        return "# " + self.em.graph.node_line(node, self.names, dims=self.sizes.label)
-
-    def signature(self):
-        """(parameters, the entry's arguments for them): sizes, then arrays and constants."""
-        ps = list(self.sizes.used.items()) + list(self.params.items())
-        return [p for p, _ in ps], [a for _, a in ps]
-
-
 class GroupEmitter:
     """Emits one loop group, inline in the entry function or as a function of the module.
 
@@ -404,13 +364,13 @@ class GroupEmitter:
         self.partials = {}        # sink id -> node (reduced over the chunked axis: per-chunk slots)
         self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
-        self.views = {}           # names the group defines before its loop (flat views, scalars)
+        self.views = {}           # name -> (node, prefix, suffix): what the group defines before its loop
         self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN
 
     # ---- values ------------------------------------------------------------------------------------
     def flat_name(self, x):
         if self.flat and self.plan.is_full(x):
-            return self.n.local(x, "v", "_f")
+            return self.view(x, "v", "_f")
         return self.n.var(x)
 
     def read(self, x, target_shape):
@@ -420,7 +380,7 @@ class GroupEmitter:
             return self.n.const_ref(x)
         self.reads[x.id] = x
         if self.plan.is_scalar_read(x):
-            return self.n.local(x, "x", "_s")
+            return self.view(x, "x", "_s")
         if self.flat:
             return f"{self.flat_name(x)}[i]"
         return f"{self.n.var(x)}[{', '.join(ix) if ix else '0'}]"
@@ -437,9 +397,46 @@ class GroupEmitter:
 
     # ---- emission ---------------------------------------------------------------------------------
     def emit(self):
-        g = self.g
+        g, em = self.g, self.em
         if g.rank == 0:
             return self.emit_scalar_group()
+        alloc, pre, chunk, post = self._parts()
+        fn = pre
+        if chunk is not None:
+            fn.append("for ch in prange(nch):")
+            if len(chunk) > OUTLINE_LINES:
+                # Numba's parfor passes slow down with the size of a prange body: a long body
+                # compiles faster as its own function; prange's index is unsigned, pass int64
+                fn.append("    " + self._chunk_call(chunk))
+            else:
+                fn += ["    " + ln for ln in chunk]
+            fn += post
+        em.body += alloc
+        if self.local:
+            params, args = self.n.signature()
+            em.body.append(em.function(fn, self.parallel, f"group_{g.seq}", params, args))
+        else:
+            em.uses_prange |= self.parallel
+            em.body += fn
+
+    def _chunk_call(self, chunk):
+        """A call of the chunk body as a function. Its text names values locally (so that
+        equal chunks share one function); in an inline group the arguments are the entry's."""
+        label = f"group_{self.g.seq}_chunk"
+        if self.local:
+            params = ["ch", "nch"] + self.n.signature()[0] + list(self.views)
+            return self.em.function(chunk, False, label, params, ["np.int64(ch)"] + params[1:])
+        local = GroupEmitter(self.em, self.g, local=True)
+        _, _, lchunk, _ = local._parts()
+        params, args = local.n.signature()
+        views = [(name, f"{prefix}{self.em.names[node.id]}{suffix}")
+                 for name, (node, prefix, suffix) in local.views.items()]
+        return self.em.function(lchunk, False, label, ["ch", "nch"] + params + [v for v, _ in views],
+                                ["np.int64(ch)", "nch"] + args + [a for _, a in views])
+
+    def _body(self):
+        """The loop over the group's domain (chunk bounds lo, hi when parallel)."""
+        g = self.g
         for s in self.plan.sinks:
             if s.size == 1:
                 self.scalar_accs[s.id] = s
@@ -451,15 +448,13 @@ class GroupEmitter:
         first = "range(lo, hi)" if self.parallel else \
             f"range({self.S.product(g.shape) if self.flat else self.S(g.shape[0])})"
         if self.flat:
-            body = [f"for i in {first}:"] + self._flat_body(ind)
-        else:
-            body = [f"for i0 in {first}:"]
-            depth = ind
-            for d in range(1, g.k):
-                body.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
-                depth += ind
-            body += self._flat_body(depth) if g.k == g.rank else self.plan.row_body(self, depth)
-        self._finish(body)
+            return [f"for i in {first}:"] + self._flat_body(ind)
+        body = [f"for i0 in {first}:"]
+        depth = ind
+        for d in range(1, g.k):
+            body.append(depth + f"for i{d} in range({self.S(g.shape[d])}):")
+            depth += ind
+        return body + (self._flat_body(depth) if g.k == g.rank else self.plan.row_body(self, depth))
 
     # ---- the parts GroupPlan.row_body renders with ------------------------------------------------
     def scalar(self, n):
@@ -511,10 +506,17 @@ class GroupEmitter:
                 lines += self.store(n, ind)
         return lines + [ind + self.update(s) for s in self.plan.sinks]
 
-    def _finish(self, body):
-        """The group's allocations in the entry, and its loop: chunks over prange, or serial;
-        the chunks' partial results are combined after the loop. Inline in a compiled entry,
-        or a module function (a Python entry, or a long parallel body)."""
+    def view(self, x, prefix, suffix):
+        """A name the group function defines before its loop for node x (a flat view, a scalar)."""
+        name = self.n.local(x, prefix, suffix)
+        self.views[name] = (x, prefix, suffix)
+        return name
+
+    def _parts(self):
+        """(allocations in the entry, the code before the loop, the chunk body or None when
+        serial, the code after it): chunks over prange combine their partial results after
+        the loop."""
+        body = self._body()
         g, em, S, n = self.g, self.em, self.S, self.n
         total = S.product(g.shape)
         extent = total if self.flat else S(g.shape[0])
@@ -528,72 +530,48 @@ class GroupEmitter:
             alloc += [f"{em.var(s)} = {em.buffer(s)}", f"{em.var(s)}[...] = {em.reduce_init(s.op, s.dtype)}"]
         for s in accs + list(self.partials.values()):
             alloc.append(f"{em.var(s)} = {em.buffer(s)}")
-        fn = []
+        pre = []
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
                 if self.plan.is_full(x):
-                    fn.append(f"{self.flat_name(x)} = {n.var(x)}.reshape({total})")
-                    self.views[self.flat_name(x)] = None
+                    pre.append(f"{self.view(x, 'v', '_f')} = {n.var(x)}.reshape({total})")
         for x in self.reads.values():
             if self.plan.is_scalar_read(x):
-                name = n.local(x, "x", "_s")
-                fn.append(f"{name} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
-                self.views[name] = None
+                pre.append(f"{self.view(x, 'x', '_s')} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
         zeros = lambda s: ", ".join(["0"] * max(s.ndim, 1))  # noqa: E731
         if not self.parallel:
-            fn += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
-            fn += body
-            fn += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
-        else:
-            fn.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
-            # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
-            for k, s in enumerate(accs + list(self.partials.values())):
-                shape = (MAX_CHUNKS,) + (tuple(s.shape) if s.id in self.partials else ())
-                alloc.append(f"{em.var(s)}_part = {em.scratch(k, shape, s.dtype)}")
-                if s.id in self.partials:
-                    fn.append(f"{n.var(s, '_part')}[...] = {em.reduce_init(s.op, s.dtype)}")
-            chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
-            chunk += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
-            chunk += body
-            chunk += [f"{n.var(s, '_part')}[ch] = {n.local(s, 'x', '_acc')}" for s in accs]
-            long_body = len(chunk) > OUTLINE_LINES
-            if long_body and not self.local:
-                return GroupEmitter(em, g, local=True).emit()     # long bodies become functions
-            fn.append("for ch in prange(nch):")
-            if long_body:
-                # Numba's parfor passes slow down with the size of a prange body: a long body
-                # compiles faster as its own function; prange's index is unsigned, pass int64
-                params, _ = n.signature()
-                params = ["ch", "nch"] + params + list(self.views)
-                call = em.function(chunk, False, f"group_{g.seq}_chunk", params,
-                                   ["np.int64(ch)"] + params[1:])
-                fn.append("    " + call)
-            else:
-                fn += ["    " + ln for ln in chunk]
-            for s in accs:
-                v, part = n.local(s, "v", "_t"), n.var(s, "_part")
-                comb = em.combine(s.op, v, f"{part}[c]", s.dtype)
-                fn += [f"{v} = {part}[0]", "for c in range(1, nch):", f"    {v} = {comb}",
-                       f"{n.var(s)}[{zeros(s)}] = {v}"]
-            for s in self.partials.values():
-                # element loops: Numba compiles an array assignment or an in-place array
-                # operator with its broadcasting machinery, about 1-2 s each
-                size = S.product(s.shape)
-                v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
-                comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)
-                fn += [f"{vf} = {n.var(s)}.reshape({size})",
-                       f"{pf} = {n.var(s, '_part')}.reshape(({MAX_CHUNKS}, {size}))",
-                       f"for q in range({size}):", f"    {v} = {pf}[0, q]",
-                       "    for c in range(1, nch):", f"        {v} = {comb}", f"    {vf}[q] = {v}"]
-        if em.driver and not self.local:
-            return GroupEmitter(em, g, local=True).emit()
-        em.body += alloc
-        if self.local:
-            params, args = n.signature()
-            em.body.append(em.function(fn, self.parallel, f"group_{g.seq}", params, args))
-        else:
-            em.uses_prange |= self.parallel
-            em.body += fn
+            pre += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
+            pre += body
+            pre += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
+            return alloc, pre, None, []
+        pre.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+        # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
+        for k, s in enumerate(accs + list(self.partials.values())):
+            shape = (MAX_CHUNKS,) + (tuple(s.shape) if s.id in self.partials else ())
+            alloc.append(f"{em.var(s)}_part = {em.scratch(k, shape, s.dtype)}")
+            if s.id in self.partials:
+                pre.append(f"{n.var(s, '_part')}[...] = {em.reduce_init(s.op, s.dtype)}")
+        chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
+        chunk += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
+        chunk += body
+        chunk += [f"{n.var(s, '_part')}[ch] = {n.local(s, 'x', '_acc')}" for s in accs]
+        post = []
+        for s in accs:
+            v, part = n.local(s, "v", "_t"), n.var(s, "_part")
+            comb = em.combine(s.op, v, f"{part}[c]", s.dtype)
+            post += [f"{v} = {part}[0]", "for c in range(1, nch):", f"    {v} = {comb}",
+                     f"{n.var(s)}[{zeros(s)}] = {v}"]
+        for s in self.partials.values():
+            # element loops: Numba compiles an array assignment or an in-place array
+            # operator with its broadcasting machinery, about 1-2 s each
+            size = S.product(s.shape)
+            v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
+            comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)
+            post += [f"{vf} = {n.var(s)}.reshape({size})",
+                     f"{pf} = {n.var(s, '_part')}.reshape(({MAX_CHUNKS}, {size}))",
+                     f"for q in range({size}):", f"    {v} = {pf}[0, q]",
+                     "    for c in range(1, nch):", f"        {v} = {comb}", f"    {vf}[q] = {v}"]
+        return alloc, pre, chunk, post
 
     def emit_scalar_group(self):
         """A group over shape (): straight-line code in the entry function."""

@@ -112,3 +112,44 @@ class LocalNames(dict):
                 break
         self[key] = s
         return s
+
+
+class Names:
+    """How a group's code names values: as the entry function does (inline), or in order of first
+    use (a group emitted as a function of its own; see `Emitter.function`). Records the entry's
+    values the code reads, which such a function takes as parameters."""
+
+    def __init__(self, em, local):
+        self.em = em
+        self.names = LocalNames() if local else em.names
+        self.sizes = LocalSizes(em.sizes) if local else RecordingSizes(em.sizes)
+        self.params = {}      # name in this code -> the entry's expression for it
+
+    def var(self, node, suffix=""):
+        """The entry's array holding node's value (a parameter of a group function)."""
+        name = f"v{self.names[node.id]}{suffix}"
+        self.params[name] = self.em.var(node) + suffix
+        return name
+
+    def local(self, node, prefix, suffix=""):
+        """A name the group's own code defines for node."""
+        return f"{prefix}{self.names[node.id]}{suffix}"
+
+    def scalar(self, node):
+        return self.local(node, "x")
+
+    def const_ref(self, node):
+        """A scalar constant: a literal, or (a constant the entry reads at run time) a parameter."""
+        if node.id in self.em._hoisted:
+            name = self.local(node, "x", "_c")
+            self.params[name] = self.em.const_ref(node)
+            return name
+        return literal(node.value, node.dtype)
+
+    def comment(self, node):
+        return "# " + self.em.graph.node_line(node, self.names, dims=self.sizes.label)
+
+    def signature(self):
+        """(parameters, the entry's arguments for them): sizes, then arrays and constants."""
+        ps = list(self.sizes.used.items()) + list(self.params.items())
+        return [p for p, _ in ps], [a for _, a in ps]
