@@ -18,12 +18,13 @@ from .registry import implements, register
 
 
 class Reduction:
-    """What a reduction's lowering needs: its identity and its combining expression."""
+    """What a reduction's front end and lowerings need: its NumPy function, its identity and
+    its combining expression."""
 
-    __slots__ = ("identity", "combine")
+    __slots__ = ("numpy", "identity", "combine")
 
-    def __init__(self, identity, combine):
-        self.identity, self.combine = identity, combine
+    def __init__(self, numpy, identity, combine):
+        self.numpy, self.identity, self.combine = numpy, identity, combine
 
 
 REDUCTIONS = {}
@@ -45,7 +46,7 @@ def _reduction(name, fn, identity, combine, vjp):
     register(name, "reduce", _reduce_abs,
              lambda x, axes: np.asarray(fn(x, axis=axes)).astype(np.asarray(x).dtype), vjp,
              flops=_flops)
-    REDUCTIONS[name] = Reduction(identity, combine)
+    REDUCTIONS[name] = Reduction(fn, identity, combine)
 
 
 def identity(op, dtype):
@@ -92,8 +93,7 @@ def reduce(op, x, axis, keepdims, dtype=None):
         x = cast(x, np.int64)
     axes = norm_axes(axis, len(shape_of(x)))
     if not isinstance(x, Tensor):
-        out = getattr(np, {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max",
-                           "reduce_min": "min"}[op])(x, axis=axes, keepdims=keepdims)
+        out = REDUCTIONS[op].numpy(x, axis=axes, keepdims=keepdims)
         return np.asarray(out, dtype=x.dtype)
     if op in ("reduce_max", "reduce_min") and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"zero-size reduction of {op[7:]} has no identity{where()}")
