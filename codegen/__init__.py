@@ -15,11 +15,10 @@ from .program import Program
 from .pymode import python_kernel
 
 
-def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), cache=None):
+def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     """(partition, source, emitter) for `graph` without compiling anything."""
     part = Partition(graph)
-    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath,
-                 cache=cache_enabled() if cache is None else cache)
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath)
     source = em.emit()
     return part, source, em
 

@@ -1,19 +1,27 @@
 """Write generated source under its content hash, import it as a real module, return the kernel.
 
-Numba's `cache=True` only works for functions defined in real files that are
+Numba's disk cache only works for functions defined in real files that are
 imported as modules registered in `sys.modules` under their name, so each
 kernel module lives at `<cache dir>/kernels/jg_<hash>.py`. A file is written
 once (atomically) and never rewritten: the same source always has the same
-name, and a new process finds both the module and Numba's compiled code.
+name, and a new process finds both the module and Numba's compiled code
+(`<cache dir>/kernels/__pycache__`, checked files: `numba_cache.py`).
+
+When the cache cannot be written (a full disk, a file size limit), the module
+is compiled from memory, uncached, with one `CacheWriteWarning`.
 """
+import atexit
 import hashlib
 import importlib.util
+import linecache
 import os
 import platform
+import shutil
 import stat
 import sys
 import tempfile
 import threading
+import types
 import warnings
 
 import llvmlite
@@ -23,17 +31,12 @@ import numpy as np
 
 from jitgraph._version import __version__
 
+from . import numba_cache
+from .numba_cache import CacheDirError, CacheWriteWarning, CorruptCacheWarning  # noqa: F401
+
 _TEMP_DIR = None
 _LOAD_LOCK = threading.RLock()
 _CHECKED_DIRS = set()
-
-
-class CacheDirError(PermissionError):
-    """The kernel cache directory is not private to this user."""
-
-
-class CorruptCacheWarning(UserWarning):
-    """A cached kernel file did not match its content hash and was rewritten."""
 
 
 def cache_enabled():
@@ -46,6 +49,7 @@ def cache_dir():
     if not cache_enabled():
         if _TEMP_DIR is None:
             _TEMP_DIR = tempfile.mkdtemp(prefix="jitgraph-nocache-")
+            atexit.register(shutil.rmtree, _TEMP_DIR, ignore_errors=True)
         return _TEMP_DIR
     d = os.environ.get("JITGRAPH_CACHE_DIR")
     if not d:
@@ -59,6 +63,10 @@ def private_dir(path):
     writable by others, since the modules in it are imported and executed."""
     if path in _CHECKED_DIRS:
         return path
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"jitgraph's cache directory {path!r} exists and is not a directory; remove it, point "
+            "JITGRAPH_CACHE_DIR at a directory, or set JITGRAPH_CACHE=0")
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
     owner_ok = not hasattr(os, "getuid") or st.st_uid == os.getuid()
@@ -115,6 +123,16 @@ def _write(kdir, path, source):
         raise
 
 
+def helpers_cache_dir():
+    """Where Numba caches jitgraph's own helpers (runtime.py, mathlib.py): beside the kernels."""
+    return os.path.join(cache_dir(), "numba")
+
+
+def enable_cache(functions, path):
+    """Cache these Numba functions in directory `path` (checked files; see numba_cache.py)."""
+    numba_cache.enable(functions, path, check=private_dir)
+
+
 def _import(source, modname):
     kdir = private_dir(os.path.join(private_dir(cache_dir()), "kernels"))
     path = os.path.join(kdir, modname + ".py")
@@ -123,19 +141,41 @@ def _import(source, modname):
             on_disk = f.read()
     except FileNotFoundError:
         on_disk = None
-    if on_disk is None:
-        _write(kdir, path, source)
-    elif on_disk != source.encode():
-        # the name is the hash of the source: a mismatch is a truncated or corrupted file.
-        # Never run it; the new file gets a new mtime, which also invalidates Numba's index.
-        warnings.warn(f"jitgraph: cached kernel {path} is corrupted (its content does not match "
-                      "its hash); rewriting and recompiling it", CorruptCacheWarning, stacklevel=5)
-        _write(kdir, path, source)
+    try:
+        if on_disk is None:
+            _write(kdir, path, source)
+        elif on_disk != source.encode():
+            # the name is the hash of the source: a mismatch is a truncated or corrupted file.
+            # Never run it; its new content also changes Numba's source stamp, so the compiled
+            # code cached for the old file is not loaded either.
+            warnings.warn(f"jitgraph: cached kernel {path} is corrupted (its content does not match "
+                          "its hash); rewriting and recompiling it", CorruptCacheWarning, stacklevel=5)
+            _write(kdir, path, source)
+    except OSError as e:
+        numba_cache.warn_write_failed(path, e)
+        return _import_from_memory(source, modname)
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[modname] = mod     # before exec: Numba's cache locates functions by module
     try:
         spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    if cache_enabled():
+        enable_cache(vars(mod).values(), os.path.join(kdir, "__pycache__"))
+    return mod
+
+
+def _import_from_memory(source, modname):
+    """The module, compiled from `source` without a file (and without Numba's disk cache)."""
+    filename = f"<jitgraph kernel {modname}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    mod = types.ModuleType(modname)
+    mod.__file__ = filename
+    sys.modules[modname] = mod
+    try:
+        exec(compile(source, filename, "exec"), vars(mod))
     except BaseException:
         del sys.modules[modname]
         raise

@@ -86,7 +86,7 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 cache=True, prefix="", shared=None):
+                 prefix="", shared=None):
         super().__init__(graph, partition)
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -95,7 +95,6 @@ class Emitter(EmitterBase):
         self.n_subs = 0
         self.parallel = parallel
         self.fastmath = tuple(fastmath)
-        self.cache = cache
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
         self.plan = MemoryPlan(graph, partition, self.sizes, plan=not prefix)
@@ -184,7 +183,7 @@ class Emitter(EmitterBase):
                 v = f"{v}.copy()"
             seen.add(v)
             outs.append(v)
-        self.body.append(f"return ({', '.join(outs)},)")
+        self.body.append(f"return ({', '.join(outs)},)" if outs else "return ()")
         return self.render()
 
     def _dead_after(self):
@@ -222,7 +221,8 @@ class Emitter(EmitterBase):
             "from jitgraph.codegen.mathlib import maximum as _max, minimum as _min",
             "from jitgraph.codegen import runtime as _rt",
             "",
-            f"_OPTS = dict(cache={self.cache}, error_model='numpy', fastmath={fm}, boundscheck=False)",
+            "# Numba's disk cache is attached when jitgraph imports this module (codegen/build.py)",
+            f"_OPTS = dict(error_model='numpy', fastmath={fm}, boundscheck=False)",
             "_PARALLEL = dict(prange=True, numpy=False, reduction=False, setitem=False, stencil=False,",
             "                 fusion=False, comprehension=False, inplace_binop=False)",
             "",
@@ -314,7 +314,7 @@ class Emitter(EmitterBase):
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
-                      cache=self.cache, prefix=prefix, shared=self.shared)
+                      prefix=prefix, shared=self.shared)
         sub.emit()
         self.functions.extend(sub.functions)
         self.functions.append(["@njit(**_OPTS)"] + sub.kernel_lines())

@@ -272,7 +272,7 @@ class CudaEmitter(EmitterBase):
             fresh.append(owned and v not in seen)
             seen.add(v)
             outs.append(v)
-        self.host.append(f"return _rt.outputs(on_device, ({', '.join(outs)},), {tuple(fresh)!r})")
+        self.host.append(f"return _rt.outputs(on_device, ({''.join(o + ', ' for o in outs)}), {tuple(fresh)!r})")
         return self.render()
 
     def render(self):

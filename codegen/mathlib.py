@@ -18,7 +18,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-_OPTS = dict(inline="always", error_model="numpy", cache=True)
+from .build import enable_cache, helpers_cache_dir
+
+_OPTS = dict(inline="always", error_model="numpy")     # cached below, in jitgraph's cache dir
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.6931471803691238      # high bits of ln 2: n * LN2_HI is exact for |n| < 2**11
@@ -86,6 +88,8 @@ def maximum(a, b):
 def minimum(a, b):
     return a if (a <= b or a != a) else b
 
+
+enable_cache([exp, expm1, tanh, maximum, minimum], helpers_cache_dir)
 
 if numba.config.DISABLE_JIT:
     # NUMBA_DISABLE_JIT=1 runs generated kernels as plain Python (for pdb and readable

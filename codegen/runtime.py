@@ -7,7 +7,9 @@ fraction of a second each to compile.
 import numpy as np
 from numba import njit
 
-_OPTS = dict(cache=True, error_model="numpy", boundscheck=False)
+from .build import enable_cache, helpers_cache_dir
+
+_OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
 
 
 @njit(**_OPTS)
@@ -74,3 +76,6 @@ def scatter_add(g, idx, out):
             for q in range(g.shape[2]):
                 out[p, ij, q] += g[p, j, q]
     return out
+
+
+enable_cache(list(globals().values()), helpers_cache_dir)

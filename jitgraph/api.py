@@ -5,15 +5,28 @@ import numbers
 import numpy as np
 
 from .ad import backward
-from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, unbox
+from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph
 from .interpreter import evaluate
 from .numpy_api import ones_like, shape_of, zeros_like
 from .tree import TreeDef, tree_flatten, tree_unflatten
+from .values import array_value, is_static_leaf, python_int_class, supported_dtype
+
+
+def check_argnums(argnums, what="argnums"):
+    """argnums as given must be an int or a sequence of ints (a clear TypeError otherwise)."""
+    ok = _is_int(argnums) or isinstance(argnums, (tuple, list)) and all(_is_int(a) for a in argnums)
+    if not ok:
+        raise TypeError(f"{what} must be an int or a tuple of ints, got {argnums!r}")
+
+
+def _is_int(a):
+    return isinstance(a, (int, np.integer)) and not isinstance(a, bool)
 
 
 def _norm_argnums(argnums, nargs, fname):
+    check_argnums(argnums)
     single = isinstance(argnums, (int, np.integer))
     nums = (int(argnums),) if single else tuple(int(a) for a in argnums)
     for a in nums:
@@ -27,16 +40,16 @@ def _fname(fun):
 
 
 def _leaf_value(leaf, where_):
-    """(value, weak) for an argument leaf: arrays keep their dtype; Python scalars are weak."""
+    """(value, weak) for an argument leaf: arrays keep their dtype; Python scalars are weak
+    (a Python int as int64, or uint64 above the int64 range)."""
     if isinstance(leaf, Tensor):
         return leaf, leaf.weak
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+        if isinstance(leaf, int) and not isinstance(leaf, bool):
+            return np.asarray(leaf, np.int64 if python_int_class(leaf) == "i" else np.uint64), True
         return np.asarray(leaf), True
     if isinstance(leaf, (np.ndarray, np.generic, numbers.Number)):
-        arr = np.asarray(leaf)
-        if arr.dtype.kind not in "biuf":
-            raise JitgraphError(f"{where_} has unsupported dtype {arr.dtype}")
-        return arr, False
+        return array_value(leaf, where_), False
     raise JitgraphError(
         f"{where_} is a {type(leaf).__name__}; arguments must be NumPy arrays, Python scalars, "
         "or tuples/lists/dicts of them")
@@ -202,6 +215,11 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
     value, then the gradient leaves (then aux leaves with `has_aux`), and
     `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
     """
+    with tracing():
+        return _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+
+
+def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
     fname = _fname(fun)
     trace = GraphTrace()
     leaves, in_tree = tree_flatten(tuple(args))
@@ -209,46 +227,80 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
     arg_of_leaf = []
     for a, arg in enumerate(args):
         arg_of_leaf += [a] * len(tree_flatten(arg)[0])
-    tracers, inputs = [], []
+    tracers, inputs, input_leaves = [], [], []
     for k, leaf in enumerate(leaves):
+        if is_static_leaf(leaf) and arg_of_leaf[k] not in nums:
+            tracers.append(leaf)        # a Python int beyond 64 bits: a literal of this trace
+            continue
         value, weak = _leaf_value(leaf, f"argument {arg_of_leaf[k]} of {fname}")
         if arg_of_leaf[k] in nums:
             _check_diff_leaf(value, f"argument {arg_of_leaf[k]} of {fname}")
-        t = trace.new_input(k, value.shape, value.dtype, weak)
+        t = trace.new_input(len(inputs), value.shape, value.dtype, weak)
         tracers.append(t)
         inputs.append(t.node)
+        input_leaves.append(k)
     targs = tree_unflatten(in_tree, tracers)
     out = fun(*targs, **(kwargs or {}))
     meta = {"in_tree": in_tree, "argnums": nums, "has_aux": has_aux, "grad": grad, "name": fname}
+    if len(input_leaves) != len(leaves):
+        meta["input_leaves"] = input_leaves
     if not grad:
         out_leaves, out_tree = tree_flatten(out)
         meta["out_tree"] = out_tree
-        return Graph(inputs, [_as_node(trace, v) for v in out_leaves], meta=meta)
+        outputs = [_as_node(trace, v, fname) for v in out_leaves]
+        return Graph(inputs, outputs + _checks(trace, meta), meta=meta)
 
     value, aux = _split_aux(out, has_aux, fname)
     _check_loss(value, fname)
     if trace.regions:
         meta["checkpoint_regions"] = dict(trace.regions)
-    value_node = _as_node(trace, value)
+    value_node = _as_node(trace, value, fname)
     n_forward = len(trace.nodes)
     wrt, grad_trees = [], []
     for a in nums:
-        idx = [k for k in range(len(leaves)) if arg_of_leaf[k] == a]
-        wrt += [inputs[k] for k in idx]
+        idx = [j for j, k in enumerate(input_leaves) if arg_of_leaf[k] == a]
+        wrt += [inputs[j] for j in idx]
         grad_trees.append(tree_flatten(args[a])[1])
     seed = trace.const(np.ones((), dtype=value_node.dtype))
     flat = backward(trace.nodes[:n_forward], value_node, wrt, trace.tracer, trace.tracer(seed))
-    grad_nodes = [_as_node(trace, g) for g in flat]
+    grad_nodes = [_as_node(trace, g, fname) for g in flat]
     adjoint_ids = {n.id for n in trace.nodes[n_forward:]}
     aux_leaves, aux_tree = tree_flatten(aux) if has_aux else ([], None)
-    outputs = [value_node] + grad_nodes + [_as_node(trace, v) for v in aux_leaves]
+    outputs = [value_node] + grad_nodes + [_as_node(trace, v, fname) for v in aux_leaves]
     grads_def = grad_trees[0] if single else _tuple_def(grad_trees)
     value_def = _tuple_def([_leaf_def(), aux_tree]) if has_aux else _leaf_def()
     meta["out_tree"] = _tuple_def([value_def, grads_def])
     # the flat output order is value, grads, aux; out_tree's leaf order is value, aux, grads
     meta["out_order"] = ([0] + list(range(1 + len(grad_nodes), len(outputs)))
                          + list(range(1, 1 + len(grad_nodes)))) if has_aux else list(range(len(outputs)))
-    return Graph(inputs, outputs, adjoint_ids=adjoint_ids, meta=meta)
+    return Graph(inputs, outputs + _checks(trace, meta), adjoint_ids=adjoint_ids, meta=meta)
+
+
+def _checks(trace, meta):
+    """The values the run-time checks read (extra outputs after the function's own), and their
+    list in meta["checks"]: (kind, info) per extra output (see `run_checks`)."""
+    if not trace.checks:
+        return []
+    meta["checks"] = [(kind, info) for kind, _, info in trace.checks]
+    return [node for _, node, _ in trace.checks]
+
+
+def run_checks(graph, flat):
+    """Raise NumPy's error where a run-time check fails (a Python int out of range for the array
+    it met, a negative integer power); returns the function's own outputs of `flat`."""
+    checks = graph.meta.get("checks")
+    if not checks:
+        return flat
+    n = len(flat) - len(checks)
+    for (kind, info), v in zip(checks, flat[n:]):
+        v = np.asarray(v).reshape(-1)[0].item()
+        if kind == "range":
+            lo, hi = np.iinfo(info).min, np.iinfo(info).max
+            if not lo <= v <= hi:
+                raise OverflowError(f"Python integer {v} out of bounds for {info}")
+        elif kind == "nonnegative" and v < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+    return flat[:n]
 
 
 def _leaf_def():
@@ -259,16 +311,21 @@ def _tuple_def(children):
     return TreeDef("tuple", None, children)
 
 
-def _as_node(trace, v):
+def _as_node(trace, v, fname="the function"):
     if isinstance(v, Tensor) and v._trace is trace:
         return v.node
     if isinstance(v, Tensor):
         raise JitgraphError("an output of the traced function belongs to another trace")
-    return trace.const(np.asarray(v))
+    value = np.asarray(v)
+    if not supported_dtype(value.dtype):
+        raise TypeError(f"{fname} returned a {type(v).__name__} ({v!r:.40}): a traced function returns "
+                        "arrays and numbers, and tuples, lists and dicts of them")
+    return trace.const(value)
 
 
 def unflatten_outputs(graph, flat):
     """Rebuild the traced function's output structure from the graph's flat outputs."""
+    flat = run_checks(graph, flat)
     order = graph.meta.get("out_order")
     if order is not None:
         flat = [flat[i] for i in order]
@@ -291,4 +348,7 @@ def make_graph(fun, argnums=0, grad=False, has_aux=False):
 def eval_graph(graph, *args):
     """Run `graph` with the reference interpreter on pytree arguments; returns fun's structure."""
     leaves, _ = tree_flatten(tuple(args))
+    picked = graph.meta.get("input_leaves")
+    if picked is not None:
+        leaves = [leaves[k] for k in picked]
     return unflatten_outputs(graph, evaluate(graph, *leaves))

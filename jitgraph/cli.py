@@ -181,6 +181,8 @@ def load_function(spec):
         # the file's own directory first, so that it can import its neighbours
         sys.path.insert(0, os.path.dirname(path))
         mspec = importlib.util.spec_from_file_location(modname, path)
+        if mspec is None or mspec.loader is None:
+            raise CliError(f"{target} is not a Python file (give path/to/file.py:FUNCTION or MODULE:FUNCTION)")
         module = importlib.util.module_from_spec(mspec)
         sys.modules[modname] = module
         try:
@@ -285,10 +287,11 @@ def build_arguments(fun, shapes, seed=0):
     for i, p in enumerate(positional):
         if p.name in shapes:
             shape, dt = shapes[p.name]
-            if dt.kind == "f":
-                a = rng.standard_normal(shape).astype(dt)
-            else:
-                a = np.zeros(shape, dt)
+            try:
+                a = rng.standard_normal(shape).astype(dt) if dt.kind == "f" else np.zeros(shape, dt)
+            except (MemoryError, ValueError) as e:
+                raise CliError(f"--shape {p.name}={'x'.join(map(str, shape))}: cannot make an array of "
+                               f"that size ({e})") from e
             args.append(a[()] if shape == () else a)
         else:
             args.append(p.default)

@@ -13,16 +13,37 @@ NumPy's protocols and the operator dunders):
 arguments it simply runs the NumPy implementation. Derivative rules call the
 same functions, so one rule serves NumPy values, eager tapes and graphs alike.
 """
+import contextlib
 import itertools
+import math
+import threading
 
 import numpy as np
 
-from .errors import JitgraphError, TracingError, where
+from .errors import JitgraphError, NotSupportedError, ShapeError, TracingError, where
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
 
 _levels = itertools.count(1)
+MAX_BYTES = np.iinfo(np.intp).max     # NumPy's limit on an array's size in bytes
+_tracing = threading.local()
+
+
+@contextlib.contextmanager
+def tracing():
+    """Marks the code inside as being traced into a graph (see `is_tracing`)."""
+    _tracing.depth = getattr(_tracing, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _tracing.depth -= 1
+
+
+def is_tracing():
+    """Is a graph being traced in this thread? Outside a trace (plain NumPy, eager tapes) the
+    structured control-flow constructs run as Python statements."""
+    return getattr(_tracing, "depth", 0) > 0
 
 
 class Trace:
@@ -39,12 +60,29 @@ def innermost(values):
     return top
 
 
+class _Argument:
+    """The `_base` of a function argument's Tensor: arguments are read-only (see numpy_api.assign)."""
+
+    def __repr__(self):
+        return "ARGUMENT"
+
+
+ARGUMENT = _Argument()
+
+# primitives whose NumPy counterparts return views of their operand (reshape, transpose, basic
+# slicing, broadcast_to): their results remember it (`_base`), for in-place updates
+VIEW_OPS = frozenset({"reshape", "transpose", "slice", "broadcast"})
+
+
 def bind(op, *args, **params):
     """Apply primitive `op` to `args` (arrays or Tensors of matching shape/dtype)."""
     top = innermost(args)
     if top is None:
         return PRIMS[op].impl(*args, **params)
-    return top.process(op, args, params)
+    out = top.process(op, args, params)
+    if op in VIEW_OPS and isinstance(args[0], Tensor):
+        out._base = args[0]
+    return out
 
 
 class GraphTrace(Trace):
@@ -54,6 +92,7 @@ class GraphTrace(Trace):
         super().__init__()
         self.nodes = []
         self._cse = {}
+        self.checks = []          # (kind, node, info): run-time checks (api.run_checks)
         self.region = None        # the `checkpoint` region being traced, if any
         self.regions = {}         # node id -> checkpoint region of the nodes made inside one
         self._n_regions = 0
@@ -65,7 +104,7 @@ class GraphTrace(Trace):
     def new_input(self, index, shape, dtype, weak=False):
         node = Node("input", (), {"index": index}, shape, dtype)
         self.nodes.append(node)
-        return Tracer(self, node, weak)
+        return Tracer(self, node, weak, ARGUMENT)
 
     def const(self, value):
         value = np.asarray(value)
@@ -110,6 +149,9 @@ class GraphTrace(Trace):
             key, hit = None, None
         if hit is None:
             shape, dtype = PRIMS[op].abstract(*[(n.shape, n.dtype) for n in nodes], **params)
+            if math.prod(shape) * np.dtype(dtype).itemsize > MAX_BYTES:
+                raise ShapeError(f"{op} would make an array of shape {tuple(shape)}: larger than the maximum "
+                                 f"possible size ({math.prod(shape):.3g} elements){where()}")
             hit = Node(op, nodes, params, shape, dtype)
             self.nodes.append(hit)
             if self.region is not None:
@@ -134,7 +176,7 @@ class EagerTrace(Trace):
         node = Node("input", (), {"index": len(self.nodes)}, np.shape(value), _dtype_of(value))
         self.nodes.append(node)
         self.values[node.id] = value
-        return EagerBox(self, node, value, weak)
+        return EagerBox(self, node, value, weak, ARGUMENT)
 
     def lift(self, x):
         return x
@@ -223,7 +265,7 @@ class Tensor:
     """
 
     __array_priority__ = 1000
-    __slots__ = ("_trace", "node", "weak")
+    __slots__ = ("_trace", "node", "weak", "_base")
     __hash__ = object.__hash__
 
     @property
@@ -377,6 +419,58 @@ class Tensor:
     def __getitem__(self, key):
         return METHODS["getitem"](self, key)
 
+    def __setitem__(self, key, value):
+        setitem = METHODS.get("setitem")
+        if setitem is None:
+            raise NotSupportedError(f"item assignment (x[...] = v) is not supported on traced values{where()}")
+        setitem(self, key, value)
+
+    # in-place operators: the array takes its new value, and every name bound to it sees it
+    def __iadd__(self, other):
+        return self._assign(np.add(self, other), "+=")
+
+    def __isub__(self, other):
+        return self._assign(np.subtract(self, other), "-=")
+
+    def __imul__(self, other):
+        return self._assign(np.multiply(self, other), "*=")
+
+    def __itruediv__(self, other):
+        return self._assign(np.true_divide(self, other), "/=")
+
+    def __ifloordiv__(self, other):
+        return self._assign(np.floor_divide(self, other), "//=")
+
+    def __imod__(self, other):
+        return self._assign(np.remainder(self, other), "%=")
+
+    def __ipow__(self, other):
+        return self._assign(np.power(self, other), "**=")
+
+    def __imatmul__(self, other):
+        return self._assign(np.matmul(self, other), "@=")
+
+    def __iand__(self, other):
+        return self._assign(np.bitwise_and(self, other), "&=")
+
+    def __ior__(self, other):
+        return self._assign(np.bitwise_or(self, other), "|=")
+
+    def __ixor__(self, other):
+        return self._assign(np.bitwise_xor(self, other), "^=")
+
+    def _assign(self, new, symbol):
+        """`self <symbol> other` in place: NumPy's rules (same shape, same-kind casting), then this
+        object records the new value, so every name bound to it sees the update."""
+        METHODS["assign"](self, new, symbol)
+        return self
+
+    def __getattr__(self, name):
+        # only called for names the class does not define
+        if not name.startswith("_") and hasattr(np.ndarray, name):
+            raise NotSupportedError(f"ndarray.{name} is not supported on traced values{where()}")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     # array methods: the NumPy function of the same name
     @property
     def T(self):
@@ -441,14 +535,25 @@ class Tensor:
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         return METHODS["astype"](self, dtype, order, casting, subok, copy)
 
+    def copy(self, order="C"):
+        """A new array with this value (updating one never changes the other)."""
+        return self.rebind(self.node)
+
 
 class Tracer(Tensor):
     """A symbolic value in a graph under construction."""
 
     __slots__ = ()
 
-    def __init__(self, trace, node, weak=False):
-        self._trace, self.node, self.weak = trace, node, weak
+    def __init__(self, trace, node, weak=False, base=None):
+        self._trace, self.node, self.weak, self._base = trace, node, weak, base
+
+    def rebind(self, node, base=None):
+        """A new Tensor of this trace holding `node`."""
+        return Tracer(self._trace, node, self.weak, base)
+
+    def set_node(self, node, value=None):
+        self.node = node
 
     def _concrete(self, what):
         raise TracingError(
@@ -490,8 +595,14 @@ class EagerBox(Tensor):
 
     __slots__ = ("value",)
 
-    def __init__(self, trace, node, value, weak=False):
-        self._trace, self.node, self.value, self.weak = trace, node, value, weak
+    def __init__(self, trace, node, value, weak=False, base=None):
+        self._trace, self.node, self.value, self.weak, self._base = trace, node, value, weak, base
+
+    def rebind(self, node, base=None):
+        return EagerBox(self._trace, node, self._trace.values[node.id], self.weak, base)
+
+    def set_node(self, node, value=None):
+        self.node, self.value = node, self._trace.values[node.id]
 
     def __bool__(self):
         return bool(self.value)

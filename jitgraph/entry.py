@@ -13,8 +13,10 @@ import threading
 
 import numpy as np
 
+from .api import run_checks
 from .core import Tensor
 from .signature import MISSING, Inline
+from .values import check_array_type
 
 
 class Stale(Exception):
@@ -24,6 +26,8 @@ class Stale(Exception):
 def _to_array(a, dt):
     if isinstance(a, Tensor):
         raise Inline
+    if isinstance(a, np.ndarray):
+        check_array_type(a, "an argument")
     return np.ascontiguousarray(a, dt)
 
 
@@ -88,24 +92,30 @@ class Entry:
               "Stale": Stale, "to_array": _pass_device if target == "cuda" else _to_array,
               "to_scalar": _to_scalar, "MISSING": MISSING}
         conds = []
-        for k, (container, key, obj) in enumerate(guards):
+        for k, (kind, container, key, obj) in enumerate(guards):
             ns[f"G{k}"], ns[f"O{k}"] = container, obj
-            if isinstance(container, dict):
+            if kind == "global":
                 conds.append(f"G{k}.get({key!r}, MISSING) is not O{k}")
-            else:     # a closure cell
+            elif kind == "cell":
                 conds.append(f"G{k}.cell_contents is not O{k}")
+            else:     # an attribute read from a global or a closure variable
+                conds.append(f"getattr(G{k}, {key!r}, MISSING) is not O{k}")
         if conds:
             lines.append(f"    if {' or '.join(conds)}:")
             lines.append("        raise Stale")
         names = [f"a{k}" for k in range(n_in)]
-        if n_in:
+        picked = graph.meta.get("input_leaves")
+        if picked is not None:        # leaves specialized on (big Python ints) are not inputs
+            lines += [f"    a{k} = leaves[{j}]" for k, j in enumerate(picked)]
+        elif n_in:
             lines.append(f"    {', '.join(names)}{',' if n_in == 1 else ''} = leaves")
         for k, node in enumerate(graph.inputs):
             ns[f"dt{k}"] = node.dtype
             if node.ndim == 0:
                 lines.append(f"    a{k} = to_scalar(a{k}, dt{k})")
             else:
-                lines.append(f"    if type(a{k}) is not np.ndarray or not a{k}.flags.c_contiguous:")
+                lines.append(f"    if type(a{k}) is not np.ndarray or not a{k}.flags.c_contiguous "
+                             f"or a{k}.dtype is not dt{k}:")
                 lines.append(f"        a{k} = to_array(a{k}, dt{k})")
         consts = []
         for k, c in enumerate(prog.consts):
@@ -150,22 +160,33 @@ class Entry:
             lines += ["        pool.append(ws)"] if reuse else ["        pass"]
         else:
             lines += ["    " + ln for ln in call_lines]
-        outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs)]
+        checks = graph.meta.get("checks") or []
+        n_own = len(graph.outputs) - len(checks)
+        if checks:
+            # run-time checks (api.run_checks): the values they read are the last outputs
+            ns["run_checks"], ns["graph"] = run_checks, graph
+            lines.append("    run_checks(graph, r)")
+        outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs[:n_own])]
         order = graph.meta.get("out_order")
         if order is not None:
             outs = [outs[i] for i in order]
-        lines.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs))}")
+        lines.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs), ns)}")
         exec("\n".join(lines), ns)
         self.call = ns["call"]
 
 
-def _build_tree(td, outs):
-    """A Python expression rebuilding tree `td` from output expressions."""
+def _build_tree(td, outs, ns):
+    """A Python expression rebuilding tree `td` from output expressions (namedtuple types are
+    put in the namespace `ns`)."""
     if td.kind == "leaf":
         return next(outs)
     if td.kind == "none":
         return "None"
-    kids = [_build_tree(c, outs) for c in td.children]
+    kids = [_build_tree(c, outs, ns) for c in td.children]
+    if td.kind == "namedtuple":
+        name = f"NT{sum(1 for k in ns if k.startswith('NT'))}"
+        ns[name] = td.meta
+        return f"{name}({', '.join(kids)})"
     if td.kind == "dict":
         return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(td.meta, kids)) + "}"
     if td.kind == "list":

@@ -31,13 +31,18 @@ class GradError(JitgraphError, TypeError):
     """A request for a gradient that cannot be honoured (non-scalar output, integer input, ...)."""
 
 
+def is_library_frame(frame):
+    """Is this frame jitgraph's or NumPy's (not the user's code)?"""
+    fname = os.path.abspath(frame.f_code.co_filename)
+    return fname.startswith(_PKG_DIRS) or fname.startswith(_NUMPY_DIR) \
+        or fname.startswith("<__array_function__")
+
+
 def user_frame():
     """(filename, lineno, source line) of the innermost frame outside jitgraph and NumPy, or None."""
     frame = sys._getframe(1)
     while frame is not None:
-        fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_PKG_DIRS) and not fname.startswith(_NUMPY_DIR) \
-                and not fname.startswith("<__array_function__"):
+        if not is_library_frame(frame):
             line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
             return frame.f_code.co_filename, frame.f_lineno, line
         frame = frame.f_back

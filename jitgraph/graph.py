@@ -7,6 +7,7 @@ topological order with designated inputs and outputs (outputs may repeat nodes o
 name inputs directly).
 """
 import itertools
+import math
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class Node:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __repr__(self):
         return f"<Node {self.op} {type_str(self.shape, self.dtype)} #{self.id}>"

@@ -24,6 +24,7 @@ from globals are constants captured at trace time, as in JAX).
 """
 import collections
 import functools
+import inspect
 import sys
 import threading
 import uuid
@@ -31,12 +32,12 @@ import weakref
 
 import numpy as np
 
-from .api import grad, value_and_grad
+from .api import check_argnums, grad, value_and_grad
 from .core import Tensor
 from .entry import Stale
 from .lowering import Lowered, lower
-from .signature import (MISSING, Inline, RetraceWarning, Signature, debug_level, env_int, fname,
-                        log_enabled, log_message)
+from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, log_enabled,
+                        log_message, stale_names)
 from .tree import tree_flatten
 
 __all__ = ["jit", "jit_grad", "hvp", "memory_report", "JitFunction", "Lowered", "CacheInfo",
@@ -80,6 +81,8 @@ class JitFunction:
         if target not in ("cpu", "cuda", "auto"):
             raise ValueError(f"target must be 'cpu', 'cuda' or 'auto', got {target!r}")
         _check_remat(remat, grad)
+        if grad:
+            check_argnums(argnums)
         self.fun = fun
         self.grad = grad
         self.remat = remat
@@ -89,9 +92,7 @@ class JitFunction:
         self.parallel = parallel
         self.backend = backend
         self.target = target
-        if isinstance(static_argnums, (int, np.integer)):
-            static_argnums = (int(static_argnums),)
-        self.static_argnums = tuple(sorted(set(int(a) for a in static_argnums)))
+        self.static_argnums = _static_argnums(fun, static_argnums)
         if grad and self.static_argnums:
             nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
             both = set(int(a) for a in nums) & set(self.static_argnums)
@@ -139,13 +140,7 @@ class JitFunction:
     def _retrace_stale(self, entry, args):
         with self._lock:
             if log_enabled("recompiles"):
-                names = []
-                for container, key, obj in entry.guards:
-                    if isinstance(container, dict):
-                        if container.get(key, MISSING) is not obj:
-                            names.append(f"global `{key}`")
-                    elif container.cell_contents is not obj:
-                        names.append("a closure variable")
+                names = stale_names(entry.guards)
                 log_message(f"jitgraph: retracing {fname(self.fun)}: {', '.join(names) or 'a global'} "
                             "was rebound since it was traced")
             self._entries.clear()
@@ -223,9 +218,13 @@ class JitFunction:
                   f"{t['compile'] * 1e3:.1f} ms ({lowered.native})", file=out)
 
     def __reduce__(self):
-        # Pickling sends the function (by reference, or by value under cloudpickle) and the
-        # options, never native code: an unpickled copy retraces once per process and loads
-        # the kernel from the disk cache; copies with the same token share one cache.
+        # Pickling never sends native code. A compiled function its module exports under its
+        # own name (`@jit_grad def loss` at module level) pickles by that name, like a function.
+        # Otherwise pickling sends the function (by reference, or by value under cloudpickle)
+        # and the options: an unpickled copy retraces once per process and loads the kernel from
+        # the disk cache; copies with the same token share one cache.
+        if self._exported():
+            return self.__qualname__
         options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
                        parallel=self.parallel, backend=self.backend, target=self.target,
                        static_argnums=self.static_argnums, cache_size=self.maxsize, remat=self.remat,
@@ -233,6 +232,16 @@ class JitFunction:
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)
+
+    def _exported(self):
+        """Is this object what its module exports under its name (outside __main__)?"""
+        module = sys.modules.get(getattr(self, "__module__", None) or "")
+        if module is None or module.__name__ == "__main__":
+            return False
+        obj = module
+        for part in getattr(self, "__qualname__", "").split("."):
+            obj = getattr(obj, part, None)
+        return obj is self
 
     def __get__(self, obj, objtype=None):
         # decorating a method: bind like a function would
@@ -243,6 +252,28 @@ class JitFunction:
     def __repr__(self):
         kind = "jit_grad" if self.grad else "jit"
         return f"<jitgraph.{kind} of {fname(self.fun)}>"
+
+
+def _static_argnums(fun, static_argnums):
+    """static_argnums as sorted non-negative positions, checked against fun's signature."""
+    check_argnums(static_argnums, "static_argnums")
+    nums = (static_argnums,) if isinstance(static_argnums, (int, np.integer)) else static_argnums
+    nums = [int(a) for a in nums]
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
+        if any(a < 0 for a in nums):
+            raise ValueError(f"static_argnums={static_argnums!r}: negative positions need a function "
+                             f"with a fixed number of positional parameters ({fname(fun)} has *args)")
+        return tuple(sorted(set(nums)))
+    n = sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    for a in nums:
+        if not -n <= a < n:
+            raise ValueError(f"static_argnums={static_argnums!r} is out of range: {fname(fun)} takes "
+                             f"{n} positional argument{'s' if n != 1 else ''}")
+    return tuple(sorted(set(a % n for a in nums)))
 
 
 def _check_remat(remat, grad):

@@ -8,6 +8,8 @@ compiled, loaded from the disk cache or reused. `Lowered` is what inspection
 sees: the graph, the generated source, the fusion groups, the memory report.
 """
 import hashlib
+import linecache
+import random
 import sys
 import time
 
@@ -18,7 +20,8 @@ from . import codegen
 from .api import trace_graph
 from .entry import Entry
 from .remat import apply_policy
-from .signature import cuda_leaf, guards
+from .errors import TracingError, is_library_frame
+from .signature import cuda_leaf, fname, guards
 from .tree import tree_flatten, tree_unflatten
 
 
@@ -105,7 +108,10 @@ def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
     grad = options["grad"]
     target = resolved_target(options["target"])
     abstract = [_abstract(a) for a in dyn]
+    before = _rng_states(guard_fun)
     graph = trace_graph(fun, abstract, argnums, options["has_aux"], grad)
+    if _rng_states(guard_fun) != before:
+        _refuse_random_draws(fun, abstract, argnums, options, guard_fun)
     if grad:
         # the budget policy measures candidates with the CPU plan (codegen/memory.py)
         graph = apply_policy(graph, options["remat"],
@@ -135,6 +141,63 @@ def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
         stats["compiles"] += 1
     lowered.timings.update(trace=t1 - t0, compile=time.perf_counter() - t1)
     return entry
+
+
+def _generators(fun):
+    """The random generators a trace could advance: NumPy's and Python's global ones, and the
+    Generator/RandomState/random.Random objects `fun` reads from its globals and closure."""
+    gens = [np.random.mtrand._rand, random._inst]
+    for _, _, _, obj in guards(fun):
+        if isinstance(obj, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                            random.Random)):
+            gens.append(obj)
+    return gens
+
+
+def _state(gen):
+    if isinstance(gen, np.random.Generator):
+        return repr(gen.bit_generator.state)
+    if isinstance(gen, np.random.BitGenerator):
+        return repr(gen.state)
+    if isinstance(gen, np.random.RandomState):
+        return repr(gen.get_state(legacy=False))
+    return repr(gen.getstate())
+
+
+def _rng_states(fun):
+    return [_state(g) for g in _generators(fun)]
+
+
+def _refuse_random_draws(fun, abstract, argnums, options, guard_fun):
+    """A trace drew random numbers: find the line (tracing again, comparing the generators'
+    states after each line of the user's code) and raise, since the compiled function would
+    repeat those numbers forever."""
+    found, last = [], [None, _rng_states(guard_fun)]
+
+    def line_tracer(frame, event, arg):
+        if event in ("line", "return") and not found:
+            states = _rng_states(guard_fun)
+            if states != last[1] and last[0] is not None:
+                found.append(last[0])
+            last[:] = [(frame.f_code.co_filename, frame.f_lineno), states]
+        return line_tracer
+
+    def call_tracer(frame, event, arg):
+        return None if is_library_frame(frame) else line_tracer
+
+    sys.settrace(call_tracer)
+    try:
+        trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"])
+    finally:
+        sys.settrace(None)
+    if not found:       # another thread drew meanwhile: not this function's doing
+        return
+    filename, lineno = found[0]
+    line = linecache.getline(filename, lineno).strip()
+    raise TracingError(
+        f"{fname(guard_fun)} draws random numbers while it is traced (at {filename}:{lineno}: {line}): "
+        "a compiled function would return the same numbers on every call. Draw them outside and pass "
+        "them as an argument (f(x, rng.standard_normal(3))), or use the eager jg.value_and_grad")
 
 
 def _abstract(a):

@@ -13,12 +13,14 @@ The op families in `ops/` register the NumPy functions they implement
 protocol calls (`__array_ufunc__`, `__array_function__`) through those tables.
 """
 import builtins
+import sys
 
 import numpy as np
 
-from .core import Tensor, bind, innermost
+from .core import ARGUMENT, GraphTrace, Tensor, bind, innermost
 from .errors import NotSupportedError, ShapeError, where
 from .ops.registry import FUNCTIONS, UFUNCS, method
+from .values import check_dtype
 
 
 # ---- operands: dtype promotion and broadcasting ----------------------------------
@@ -42,7 +44,11 @@ def as_operand(x):
     if isinstance(x, (list, tuple)):
         if builtins.any(isinstance(e, Tensor) for e in _leaves(x)):
             return np.stack([as_operand(e) for e in x])
-    return x if isinstance(x, np.ndarray) else np.asarray(x)
+    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if a.dtype.kind in "OUSV":
+        raise TypeError(f"unsupported operand type for a NumPy operation on traced values: "
+                        f"{type(x).__name__}{where()}")
+    return a
 
 
 def _leaves(x):
@@ -72,11 +78,35 @@ def keep_weak(t, weak):
 
 
 def cast(x, dtype):
-    """x converted to `dtype` (a `cast` node for a Tensor of another dtype)."""
+    """x converted to `dtype` (a `cast` node for a Tensor of another dtype).
+
+    A weak integer (a Python int argument) meeting a narrower integer type is checked when the
+    function runs, as NumPy checks a Python int (`api.run_checks`)."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tensor):
-        return x if x.dtype == dtype else keep_weak(bind("cast", x, dtype=dtype), x.weak)
+        if x.dtype == dtype:
+            return x
+        check_dtype(dtype, "the conversion target")
+        if x.weak and x.dtype.kind in "iu" and dtype.kind in "iu" and not _holds(dtype, x.dtype):
+            runtime_check(x, "range", dtype.name)
+        return keep_weak(bind("cast", x, dtype=dtype), x.weak)
+    if isinstance(x, int) and not isinstance(x, (bool, np.generic)) and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= x <= info.max:
+            raise OverflowError(f"Python integer {x} out of bounds for {dtype.name}")
     return np.asarray(x, dtype=dtype)
+
+
+def _holds(big, small):
+    """Does integer dtype `big` hold every value of integer dtype `small`?"""
+    b, s = np.iinfo(big), np.iinfo(small)
+    return b.min <= s.min and s.max <= b.max
+
+
+def runtime_check(x, kind, info):
+    """Check Tensor x when the traced function runs (see api.run_checks); eagerly, NumPy checks."""
+    if isinstance(x, Tensor) and type(x._trace) is GraphTrace:
+        x._trace.checks.append((kind, x.node, info))
 
 
 def shape_of(x):
@@ -211,6 +241,72 @@ def swapaxes(x, axis1, axis2):
 @method("astype")
 def astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
     return cast(x, dtype)
+
+
+class _Probe:
+    __slots__ = ("_base",)
+
+
+def _base_refs(view):
+    """sys.getrefcount of a view's base, with the statements `assign` runs."""
+    base = view._base
+    return sys.getrefcount(base)
+
+
+def _free_base_refs():
+    probe = _Probe()
+    probe._base = _Probe()
+    return _base_refs(probe)
+
+
+_FREE_BASE = _free_base_refs()     # a base no name refers to, only its view
+
+
+def _view_chain(x):
+    """("argument" | "shared" | None): what x views through its chain of views: a function
+    argument, an array some name refers to, or nothing anyone else sees."""
+    view = x
+    while view._base is not None:
+        if view._base is ARGUMENT or view._base._base is ARGUMENT:
+            return "argument"
+        if _base_refs(view) > _FREE_BASE:
+            return "shared"
+        view = view._base
+    return None
+
+
+@method("assign")
+def assign(x, new, symbol):
+    """`x <symbol>= other` with `new` the result of `x <symbol> other`: NumPy's rules for an
+    output operand, then x takes the new value. Every name bound to x sees it (x is one
+    object); an array x is a view of (x[...], a reshape, a transpose) must not have other
+    names, and function arguments are read-only."""
+    new = as_operand(new)
+    if tuple(shape_of(new)) != x.shape:
+        raise ValueError(f"non-broadcastable output operand with shape {x.shape} doesn't match the "
+                         f"broadcast shape {tuple(shape_of(new))}{where()}")
+    if new.dtype != x.dtype:
+        if not np.can_cast(new.dtype, x.dtype, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc output from dtype('{new.dtype}') to dtype('{x.dtype}') "
+                            f"with casting rule 'same_kind' (in {symbol}){where()}")
+        new = cast(new, x.dtype)
+    if not isinstance(new, Tensor) or new._trace is not x._trace:
+        raise NotSupportedError(f"{symbol} on a value of an enclosing trace is not supported; "
+                                f"write x = x ... instead{where()}")
+    if x.node.op == "broadcast" and x._base is not None:
+        raise ValueError(f"output array is read-only (a broadcast view){where()}")
+    seen = _view_chain(x)
+    if seen == "argument":
+        raise NotSupportedError(
+            f"{symbol} updates a function argument in place: a traced function cannot change its "
+            f"caller's array; write x = x ... (a new array) instead{where()}")
+    if seen == "shared":
+        raise NotSupportedError(
+                f"{symbol} on a view (x[...], a reshape or a transpose) of an array other names refer "
+                f"to is not supported: NumPy would update that array too. Update a copy "
+                f"(y = x[...].copy()) or assign into the array (x[...] = ...){where()}")
+    x.set_node(new.node)
+    x._base = None
 
 
 def full_like(x, fill_value, dtype=None):

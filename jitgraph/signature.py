@@ -12,6 +12,7 @@ been traced JITGRAPH_RETRACE_WARN times).
 a trace stays valid only while each is still bound to the same object.
 """
 import collections
+import dis
 import inspect
 import logging
 import os
@@ -23,6 +24,7 @@ import numpy as np
 
 from .core import Tensor
 from .tree import tree_flatten
+from .values import python_int_class
 
 log = logging.getLogger("jitgraph")
 
@@ -76,7 +78,8 @@ def _leaf_key(x):
     if isinstance(x, bool):
         return ("b",)
     if isinstance(x, int):
-        return ("i",)
+        cls = python_int_class(x)
+        return (cls,) if cls is not None else ("static", x)
     if isinstance(x, float):
         return ("f",)
     dev = cuda_leaf(x)
@@ -98,38 +101,97 @@ def _leaf_text(x):
     return f"shape {a.shape} {a.dtype.name}"
 
 
-def _code_names(code):
-    names = set(code.co_names)
+def _codes(code):
+    """A code object and the code objects nested in it (lambdas, comprehensions, inner defs)."""
+    yield code
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _code_names(c)
-    return names
+            yield from _codes(c)
+
+
+def _attribute_chains(code):
+    """(opname, name, attrs): each global or closure variable read, with the attribute names
+    read from it in a row (`cfg.model.scale` gives ("LOAD_GLOBAL", "cfg", ("model", "scale")))."""
+    out = []
+    chain = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
+            chain = [ins.opname, ins.argval, []]
+            out.append(chain)
+            continue
+        if chain is not None and ins.opname == "LOAD_ATTR" and not (
+                sys.version_info >= (3, 12) and ins.arg & 1):       # 3.12+: a method load
+            chain[2].append(ins.argval)
+            continue
+        chain = None
+    return [(op, name, tuple(attrs)) for op, name, attrs in out]
+
+
+def _attr_guards(obj, attrs, out):
+    """Guards on the values of `obj.a.b...` (stopping at modules and failing reads)."""
+    for attr in attrs:
+        if isinstance(obj, types.ModuleType):
+            return
+        try:
+            value = getattr(obj, attr)
+        except Exception:
+            return
+        out.append(("attr", obj, attr, value))
+        obj = value
 
 
 def guards(fun):
-    """(container, key, object) triples: the globals and closure cells `fun` reads directly."""
+    """What a trace of `fun` depends on besides its arguments, as (kind, container, key, object):
+    the globals ("global": dict, name) and closure cells ("cell": cell) it reads, and the
+    attributes it reads from them ("attr": the object, the attribute name), so that
+    `cfg.scale = 3` after a trace makes the next call retrace, like rebinding `cfg` does."""
     fun = inspect.unwrap(fun)
     code = getattr(fun, "__code__", None)
     if code is None:
         return []
-    out = []
     g = fun.__globals__
-    for name in sorted(_code_names(code)):
-        obj = g.get(name, MISSING)
-        if obj is MISSING or isinstance(obj, types.ModuleType):
-            continue
-        out.append((g, name, obj))
-    for cell in fun.__closure__ or ():
-        try:
-            obj = cell.cell_contents
-        except ValueError:     # an empty cell (a name assigned after the function was defined)
-            continue
-        if isinstance(obj, types.ModuleType):
-            continue
-        out.append((cell, None, obj))
+    cells = dict(zip(code.co_freevars, fun.__closure__ or ()))
+    out, seen = [], set()
+    for c in _codes(code):
+        for op, name, attrs in _attribute_chains(c):
+            if op == "LOAD_DEREF":
+                cell = cells.get(name)
+                if cell is None:
+                    continue
+                try:
+                    obj = cell.cell_contents
+                except ValueError:     # an empty cell (a name assigned after the function was defined)
+                    continue
+                guard = ("cell", cell, None, obj)
+            else:
+                obj = g.get(name, MISSING)
+                if obj is MISSING:
+                    continue
+                guard = ("global", g, name, obj)
+            if isinstance(obj, types.ModuleType):
+                continue
+            key = (op, name, attrs)
+            if key in seen:
+                continue
+            seen.add(key)
+            if (op, name) not in seen:
+                seen.add((op, name))
+                out.append(guard)
+            _attr_guards(obj, attrs, out)
     return out
 
 
+def stale_names(guards_):
+    """Names of the guards that no longer hold (for the retrace log)."""
+    names = []
+    for kind, container, key, obj in guards_:
+        if kind == "global" and container.get(key, MISSING) is not obj:
+            names.append(f"global `{key}`")
+        elif kind == "cell" and container.cell_contents is not obj:
+            names.append("a closure variable")
+        elif kind == "attr" and getattr(container, key, MISSING) is not obj:
+            names.append(f"attribute `.{key}` of a global")
+    return names
 
 
 def fname(fun):

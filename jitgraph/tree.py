@@ -1,4 +1,4 @@
-"""Pytrees: nested tuples, lists and dicts of arrays and scalars.
+"""Pytrees: nested tuples, namedtuples, lists and dicts of arrays and scalars.
 
 `tree_flatten` returns the leaves in a fixed order (dict keys sorted) and a
 hashable `TreeDef` that `tree_unflatten` uses to rebuild the same structure.
@@ -33,6 +33,8 @@ class TreeDef:
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
             return "{" + inner + "}"
+        if self.kind == "namedtuple":
+            return f"{self.meta.__name__}({inner})"
         return f"[{inner}]" if self.kind == "list" else f"({inner})"
 
 
@@ -46,7 +48,9 @@ def tree_flatten(x):
     leaves = []
 
     def rec(v):
-        if isinstance(v, tuple) and not hasattr(v, "_fields"):
+        if isinstance(v, tuple):
+            if hasattr(v, "_fields"):       # a namedtuple: its fields, rebuilt as its type
+                return TreeDef("namedtuple", type(v), [rec(e) for e in v])
             return TreeDef("tuple", None, [rec(e) for e in v])
         if isinstance(v, list):
             return TreeDef("list", None, [rec(e) for e in v])
@@ -73,6 +77,8 @@ def tree_unflatten(treedef, leaves):
         kids = [rec(c) for c in t.children]
         if t.kind == "dict":
             return dict(zip(t.meta, kids))
+        if t.kind == "namedtuple":
+            return t.meta(*kids)
         return kids if t.kind == "list" else tuple(kids)
 
     return rec(treedef)

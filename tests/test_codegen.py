@@ -88,7 +88,7 @@ def test_golden_source(case):
     """Emitted source is stable; set JITGRAPH_UPDATE_GOLDEN=1 to rewrite after a deliberate change."""
     fn, argnums, make = GOLDEN_CASES[case]
     graph = jg.make_graph(fn, argnums=argnums, grad=True)(*make())
-    _, src, _ = codegen.generate(graph, cache=True)
+    _, src, _ = codegen.generate(graph)
     assert_golden(src, f"{case}.py.txt", f"source for {case}")
 
 

@@ -19,7 +19,7 @@ of gradients work too.
 import numpy as np
 
 from ..ad import backward_multi
-from ..core import EagerBox, GraphTrace, Tensor, Tracer, bind, innermost
+from ..core import EagerBox, GraphTrace, Tensor, Tracer, bind, innermost, is_tracing
 from ..errors import ShapeError, TracingError
 from ..graph import Graph, Node
 from ..interpreter import evaluate, run_graph
@@ -84,8 +84,11 @@ def _traced(values):
 def _trace_bodies(operands, bodies):
     """Trace each (function, avals, name) of `bodies` with `trace_subgraph`; returns the list
     of (graph, out_tree, captured), or None when the construct should simply run as Python:
+    outside a trace (plain NumPy, an eager tape), without tracing anything; inside one, when
     nothing is traced, neither an operand nor a value a body captures (a TracingError is then
     data-dependent Python control flow on concrete values, which Python runs fine)."""
+    if not is_tracing():
+        return None
     traced_ops = _traced(operands)
     try:
         out = [trace_subgraph(f, avals, name) for f, avals, name in bodies]
@@ -253,10 +256,18 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
     i_aval = ((), np.dtype(np.int64), False)
     nc = len(init_leaves)
 
+    def checked_step(i, carry, x):
+        out = step(i, carry, x)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{kind}: the body {_fname(user_fun)} must return a pair (new_carry, y) "
+                            f"(y may be None), but it returned {type(out).__name__}"
+                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+        return out
+
     def body(i, *flat):
         carry = tree_unflatten(c_tree, list(flat[:nc]))
         x = tree_unflatten(x_tree, list(flat[nc:]))
-        new, y = step(i, carry, x)
+        new, y = checked_step(i, carry, x)
         return new, y
 
     def run_python():
@@ -264,7 +275,7 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         order = range(T - 1, -1, -1) if reverse else range(T)
         for p in order:
             x = tree_unflatten(x_tree, [v[p] for v in x_leaves])
-            carry, y = step(start + p, carry, x)
+            carry, y = checked_step(start + p, carry, x)
             ys.append(y)
         if reverse:
             ys = ys[::-1]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, elementwise, is_weak,
-                         keep_weak, lift, no_out, ones_like, result_dtype, shape_of)
+                         keep_weak, lift, no_out, ones_like, result_dtype, runtime_check, shape_of)
 from ..core import Tensor, bind
 from .registry import ZERO_GRADIENT, implements, register
 
@@ -119,7 +119,14 @@ def minimum(a, b):
 
 @implements(np.power)
 def power(a, b):
-    """a ** b; an integral scalar exponent becomes `integer_pow` (exact repeated products)."""
+    """a ** b; an integral scalar exponent becomes `integer_pow` (exact repeated products).
+    Integers to negative integer powers raise NumPy's ValueError (checked when the function
+    runs if the exponent is traced)."""
+    if result_dtype(a, b).kind in "iu":
+        if isinstance(b, Tensor):
+            runtime_check(np.min(b) if b.ndim else b, "nonnegative", None)
+        elif np.any(np.asarray(b) < 0):
+            raise ValueError(f"Integers to negative integer powers are not allowed.{where()}")
     if isinstance(b, (int, float, np.integer, np.floating)) and not isinstance(b, bool) \
             and float(b) == int(b) and abs(int(b)) <= 64 and isinstance(a, Tensor):
         p = int(b)
@@ -130,7 +137,7 @@ def power(a, b):
         if p == 0:
             return ones_like(a)
         return keep_weak(bind("integer_pow", a, p=p), a.weak)
-    return elementwise("pow", a, b, float_result=True)
+    return elementwise("pow", a, b)
 
 
 @implements(np.float_power)

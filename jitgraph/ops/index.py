@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core import Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import as_operand, no_out, norm_axis, reshape, shape_of, transpose
+from ..numpy_api import as_operand, cast, no_out, norm_axis, reshape, shape_of, transpose
 from .registry import implements, method, register
 from .shape import ravel
 
@@ -142,6 +142,11 @@ def getitem(x, key):
         adim, idx = arrays[0]
         axis = kept.index(adim)
         idx = idx if isinstance(idx, Tensor) else np.asarray(idx)
+        if idx.dtype.kind == "u":       # indices are int64 in the kernels; larger ones are out of range
+            if not isinstance(idx, Tensor) and idx.size and idx.max() > np.iinfo(np.int64).max:
+                raise IndexError(f"index {idx.max()} is out of bounds for axis {adim} with size "
+                                 f"{shape[adim]}{where()}")
+            idx = cast(idx, np.int64)
         idx_shape = tuple(shape_of(idx))
         y = bind("gather", y, idx, axis=axis)
         contiguous = adv_positions == list(range(adv_positions[0], adv_positions[-1] + 1))
