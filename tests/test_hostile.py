@@ -1,0 +1,433 @@
+"""Hostile and careless inputs: never a wrong number, never a crash, errors that name the mistake.
+
+One test (or a group) per class of defect a probe of the code found: corrupted compiled-code
+caches, Python ints that wrapped, ndarray subclasses, random draws frozen at trace time,
+aliasing through in-place operators, negative integer powers, a full disk, pickling,
+stale attributes of globals, internal errors instead of jitgraph errors. Crash and cache
+tests run in subprocesses.
+"""
+import collections
+import os
+import pickle
+import random
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph.codegen import build
+
+pytestmark = pytest.mark.xdist_group("hostile")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code, env=None, cwd=None, timeout=300):
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})), cwd=cwd, timeout=timeout)
+    return r
+
+
+# ---- 1. corrupted compiled-code caches ------------------------------------------------------------
+PROGRAM = """
+import warnings, json
+warnings.simplefilter("always")
+import numpy as np, jitgraph as jg
+f = jg.jit_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
+w, x = np.linspace(-1, 1, 6).reshape(3, 2), np.cos(np.arange(12.0)).reshape(4, 3)
+with warnings.catch_warnings(record=True) as caught:
+    v, g = f(w, x)
+ref = jg.value_and_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))(w, x)
+print(json.dumps(dict(ok=bool(abs(v - ref[0]) < 1e-12 and np.allclose(g, ref[1], rtol=1e-12)),
+                      native=f.lower(w, x).native,
+                      warnings=[type(c.message).__name__ for c in caught])))
+"""
+
+
+def _program(cache):
+    r = _run(PROGRAM, env={"JITGRAPH_CACHE_DIR": str(cache)})
+    assert r.returncode == 0, r.stderr        # a crash (SIGSEGV) would be a negative code
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _flip(path, count=64):
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    for i in range(count):
+        data[mid + i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flip-nbc", "truncate-nbc", "truncate-nbi", "garbage-nbi"])
+def test_corrupted_compiled_cache_is_discarded_and_recompiled(tmp_path, damage):
+    cache = tmp_path / "cache"
+    first = _program(cache)
+    assert first["ok"] and first["native"] == "compiled"
+    assert _program(cache)["native"] == "disk"
+    pycache = cache / "kernels" / "__pycache__"
+    kind = damage.split("-")[1]
+    victim = sorted(pycache.glob(f"*.{kind}"))[0]
+    if damage == "flip-nbc":
+        _flip(victim)
+    elif damage.startswith("truncate"):
+        victim.write_bytes(victim.read_bytes()[:37])
+    else:
+        victim.write_bytes(b"\x80\x04garbage" * 10)
+    hurt = _program(cache)
+    assert hurt["ok"] and hurt["native"] == "compiled"
+    assert "CorruptCacheWarning" in hurt["warnings"]
+    healed = _program(cache)        # the recompiled code was saved again
+    assert healed["ok"] and healed["native"] == "disk" and not healed["warnings"]
+
+
+def test_helpers_cache_lives_in_the_jitgraph_cache_dir(tmp_path):
+    pkg = os.path.join(ROOT, "codegen", "__pycache__")
+    before = set(os.listdir(pkg)) if os.path.isdir(pkg) else set()
+    cache = tmp_path / "cache"
+    assert _program(cache)["ok"]
+    assert any(p.name.startswith("runtime.") for p in (cache / "numba").glob("*.nbi"))
+    after = set(os.listdir(pkg)) if os.path.isdir(pkg) else set()
+    assert not {f for f in after - before if f.endswith((".nbi", ".nbc"))}
+
+
+def test_full_disk_computes_without_caching(tmp_path):
+    """A write limit far below a kernel's size (EFBIG on every cache write): the answer is
+    still computed, with one CacheWriteWarning."""
+    code = """
+    import resource, warnings
+    warnings.simplefilter("always")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))
+    import numpy as np, jitgraph as jg
+    with warnings.catch_warnings(record=True) as caught:
+        v, g = jg.jit_grad(lambda x: np.sum(np.sin(x) ** 2))(np.arange(5.0))
+    assert abs(v - np.sum(np.sin(np.arange(5.0)) ** 2)) < 1e-12, v
+    assert np.allclose(g, np.sin(2 * np.arange(5.0)), rtol=1e-12)
+    names = [type(c.message).__name__ for c in caught]
+    assert names.count("CacheWriteWarning") == 1, names
+    print("ok")
+    """
+    r = _run(code, env={"JITGRAPH_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_cache_dir_that_is_a_file_says_so(tmp_path, monkeypatch):
+    f = tmp_path / "cachefile"
+    f.write_text("not a directory")
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(f))
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+        build.load_kernel("def kernel(x):\n    return x * 2.5\n")
+
+
+def test_disabled_cache_leaves_no_temporary_directory(tmp_path):
+    code = """
+    import numpy as np, jitgraph as jg
+    from jitgraph.codegen import build
+    print(build.cache_dir())
+    jg.jit(lambda x: x * 2)(np.ones(3))
+    """
+    r = _run(code, env={"JITGRAPH_CACHE": "0"})
+    assert r.returncode == 0, r.stderr
+    d = r.stdout.strip().splitlines()[-1]
+    assert "jitgraph-nocache" in d and not os.path.exists(d)
+
+
+# ---- 2. Python ints follow NEP 50, as a literal would -------------------------------------------
+def _numpy_or_error(fn):
+    try:
+        return fn(), None
+    except Exception as e:
+        return None, type(e)
+
+
+INT_CASES = [
+    (np.array([10, 200, 250], np.uint8), 300), (np.array([10, 200, 250], np.uint8), 3),
+    (np.array([1, 2], np.int32), 2 ** 40), (np.array([1, 2], np.int32), -7),
+    (np.array([1, 2], np.uint64), 2 ** 63), (np.array([1, 2], np.uint64), -3),
+    (np.array([1, 2], np.int64), 2 ** 63), (np.array([1.5, 2.0]), 2 ** 70),
+    (np.array([1, 2], np.int64), 2 ** 70), (np.array([1.0, 2.0], np.float32), 2 ** 40),
+]
+
+
+def test_python_int_arguments_follow_nep50():
+    f = jg.jit(lambda x, s: x + s)
+    for x, s in INT_CASES + INT_CASES[::-1]:      # both call orders (the cache is shared)
+        expected, error = _numpy_or_error(lambda: x + s)
+        if error is not None:
+            with pytest.raises(error):
+                f(x, s)
+        else:
+            got = f(x, s)
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), (x.dtype, s)
+    # a literal in the function behaves the same
+    with pytest.raises(OverflowError, match="Python integer 300 out of bounds for uint8"):
+        jg.jit(lambda x: x + 300)(np.array([1], np.uint8))
+
+
+def test_negative_integer_powers_raise():
+    ints = np.array([1, -2, 3, 7])
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+        jg.jit(lambda x: x ** -1)(ints)
+    f = jg.jit(lambda x, p: x ** p)
+    np.testing.assert_array_equal(f(ints, 2), ints ** 2)
+    assert f(ints, 2).dtype == ints.dtype
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+        f(ints, -1)
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        jg.jit(lambda x, p: x ** p)(ints, np.array([1, 2, -1, 0]))
+    np.testing.assert_allclose(f(np.array([2.0]), -1), [0.5])
+
+
+# ---- 3. ndarray subclasses ---------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [lambda: np.ma.masked_array([1.0, 2.0, 100.0], mask=[0, 0, 1]),
+                                  lambda: np.matrix([[1.0, 2.0], [3.0, 4.0]])], ids=["masked", "matrix"])
+def test_subclasses_with_other_semantics_are_refused(make, tmp_path):
+    x = make()
+    for run in (lambda: jg.jit(np.sum)(x), lambda: jg.jit_grad(np.sum)(x),
+                lambda: jg.value_and_grad(np.sum)(x), lambda: jg.make_graph(np.sum)(x)):
+        with pytest.raises(TypeError, match=r"argument 0 .* is a numpy\..*(MaskedArray|matrix)"):
+            run()
+    f = jg.jit(lambda a: a * 2.0)
+    f(np.ones(x.shape))                     # a cached plain-array signature must refuse it too
+    with pytest.raises(TypeError, match="ndarray subclass"):
+        f(x)
+
+
+def test_memmaps_and_views_are_arrays(tmp_path):
+    m = np.memmap(tmp_path / "m.dat", dtype=np.float64, mode="w+", shape=(4,))
+    m[:] = [1.0, 2.0, 3.0, 4.0]
+    f = jg.jit_grad(lambda x: np.sum(x * x))
+    assert f(m)[0] == 30.0 and f(np.arange(8.0)[::2])[0] == np.sum(np.arange(8.0)[::2] ** 2)
+
+
+# ---- 4. random draws frozen at trace time ------------------------------------------------------------
+_RNG = np.random.default_rng(0)
+
+
+def _draw_np(x):
+    return x + np.random.standard_normal(3)
+
+
+def _draw_generator(x):
+    return x + _RNG.normal(size=3)
+
+
+def _draw_random(x):
+    return x + random.random()
+
+
+@pytest.mark.parametrize("fn", [_draw_np, _draw_generator, _draw_random])
+def test_random_draws_while_tracing_are_refused_with_the_line(fn):
+    with pytest.raises(jg.TracingError, match=r"draws random numbers .*test_hostile.py:\d+: return x \+"):
+        jg.jit(fn)(np.zeros(3))
+
+
+def test_a_local_seeded_generator_is_deterministic_and_allowed():
+    f = jg.jit(lambda x: x + np.random.default_rng(7).normal(size=3))
+    np.testing.assert_array_equal(f(np.zeros(3)), np.random.default_rng(7).normal(size=3))
+
+
+# ---- 5. aliasing through in-place operators ------------------------------------------------------------
+def _aliased(x):
+    y = x * 1.0
+    z = y
+    z += 1.0          # y and z are one array: y sees it
+    return np.sum(y * y)
+
+
+def test_in_place_operators_update_every_alias():
+    x = np.arange(3.0)
+    v_np = _aliased(x)
+    for run in (jg.value_and_grad(_aliased), jg.jit_grad(_aliased)):
+        v, g = run(x)
+        assert v == v_np
+        np.testing.assert_allclose(g, 2 * (x + 1.0))
+
+
+def _updates_argument(x):
+    y = x
+    y += 1.0
+    return np.sum(x * x)
+
+
+def _updates_shared_view(x):
+    t = x * 2.0
+    v = t[1:]
+    v += 1.0
+    return np.sum(t)
+
+
+def _updates_temporary_view(x):
+    v = (x * 2.0)[1:]
+    v += 1.0
+    return np.sum(v)
+
+
+@pytest.mark.parametrize("fn,match", [(_updates_argument, "updates a function argument"),
+                                      (_updates_shared_view, "view .* of an array other names refer to")])
+def test_in_place_updates_numpy_would_see_elsewhere_are_refused(fn, match):
+    for run in (jg.value_and_grad(fn), jg.jit_grad(fn)):
+        with pytest.raises(jg.NotSupportedError, match=match):
+            run(np.arange(3.0))
+
+
+def test_in_place_update_of_a_temporary_view_is_fine():
+    x = np.arange(3.0)
+    assert jg.jit_grad(_updates_temporary_view)(x)[0] == _updates_temporary_view(x)
+
+
+# ---- 9. pickling decorated functions ---------------------------------------------------------------------
+MODULE = """
+import numpy as np
+import jitgraph as jg
+
+
+@jg.jit_grad
+def loss(w):
+    return np.sum(np.tanh(w) ** 2)
+"""
+
+
+def test_decorated_module_level_functions_pickle_by_name(tmp_path, monkeypatch):
+    (tmp_path / "hostile_pickle_mod.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import hostile_pickle_mod as mod
+    blob = pickle.dumps(mod.loss)
+    assert len(blob) < 200 and pickle.loads(blob) is mod.loss
+    code = f"""
+    import sys, pickle, numpy as np
+    sys.path.insert(0, {str(tmp_path)!r})
+    import concurrent.futures as cf, hostile_pickle_mod as mod
+    if __name__ == "__main__":
+        with cf.ProcessPoolExecutor(1) as ex:
+            v, g = ex.submit(mod.loss, np.ones(3)).result()
+        assert abs(v - 3 * np.tanh(1.0) ** 2) < 1e-12
+        print("ok")
+    """
+    r = _run(code)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---- 10. attributes of globals are guarded ---------------------------------------------------------------
+CFG = types.SimpleNamespace(scale=2.0, inner=types.SimpleNamespace(offset=1))
+
+
+def _scaled(x):
+    return x * CFG.scale + CFG.inner.offset
+
+
+def test_attribute_reads_of_globals_retrace_when_changed():
+    f = jg.jit(_scaled)
+    x = np.ones(2)
+    try:
+        np.testing.assert_array_equal(f(x), [3.0, 3.0])
+        CFG.scale = 3.0
+        np.testing.assert_array_equal(f(x), [4.0, 4.0])
+        CFG.inner.offset = 10
+        np.testing.assert_array_equal(f(x), [13.0, 13.0])
+        f(x)
+        assert f.cache_info().traces == 3
+    finally:
+        CFG.scale, CFG.inner.offset = 2.0, 1
+
+
+# ---- 11. jitgraph errors that name the mistake -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble, np.complex128])
+def test_dtypes_jitgraph_does_not_compute_in_are_refused(dtype):
+    with pytest.raises(jg.NotSupportedError, match=f"dtype {np.dtype(dtype).name}.*does not compute in"):
+        jg.jit(lambda x: x * 2)(np.ones(3, dtype))
+    with pytest.raises(jg.NotSupportedError, match="does not compute in"):
+        jg.jit(lambda x: x.astype(dtype))(np.ones(3))
+
+
+def test_big_endian_arrays_and_unsigned_indices():
+    be = np.arange(4.0).astype(">f8")
+    np.testing.assert_array_equal(jg.jit(lambda x: x * 2)(be), be * 2)
+    f = jg.jit_grad(lambda x: np.sum(x * x))
+    f(np.arange(4.0))
+    assert f(be)[0] == 14.0                  # the cached native-order signature converts it
+    for dt in (np.uint64, np.uint32, np.uint8):
+        idx = np.array([1, 3, 3], dt)
+        np.testing.assert_array_equal(jg.jit(lambda x, i: x[i])(np.arange(5.0), idx), [1.0, 3.0, 3.0])
+
+
+def test_values_that_are_not_arrays_are_clear_errors():
+    with pytest.raises(TypeError, match="unsupported operand type .*NoneType.*test_hostile"):
+        jg.jit(lambda x: x + None)(np.ones(3))
+    with pytest.raises(TypeError, match="returned a str"):
+        jg.jit(lambda x: (x, "abc"))(np.ones(3))
+    assert jg.jit(lambda x: None)(np.ones(3)) is None
+    assert jg.jit(lambda x: ())(np.ones(3)) == ()
+    with pytest.raises(jg.ShapeError, match="larger than the maximum possible size"):
+        jg.jit(lambda x: np.sum(np.broadcast_to(x, (2 ** 40, 2 ** 40))))(np.ones(1))
+
+
+def test_namedtuples_are_pytrees():
+    P = collections.namedtuple("P", "w b")
+    loss = lambda p, x: np.sum((x * p.w + p.b) ** 2)  # noqa: E731
+    p, x = P(np.ones(2), 0.5), np.arange(2.0)
+    v, g = jg.jit_grad(loss)(p, x)
+    v_e, g_e = jg.value_and_grad(loss)(p, x)
+    assert isinstance(g, P) and isinstance(g_e, P) and v == v_e == 2.5
+    np.testing.assert_array_equal(g.w, g_e.w)
+    out = jg.jit(lambda p: P(p.w * 2, p.b))(p)
+    assert isinstance(out, P) and np.array_equal(out.w, [2.0, 2.0])
+
+
+@pytest.mark.parametrize("bad", ["x", 0.0, [0, "a"]])
+def test_argnums_of_the_wrong_type(bad):
+    with pytest.raises(TypeError, match="argnums must be an int or a tuple of ints"):
+        jg.jit_grad(np.sum, argnums=bad)
+    with pytest.raises(TypeError, match="argnums must be an int or a tuple of ints"):
+        jg.value_and_grad(np.sum, argnums=bad)(np.ones(2))
+
+
+def test_static_argnums_are_checked_against_the_signature():
+    f = jg.jit(lambda x, s: x * s, static_argnums=-1)
+    assert f.static_argnums == (1,)
+    np.testing.assert_array_equal(f(np.ones(2), 3), [3.0, 3.0])
+    with pytest.raises(ValueError, match="static_argnums=5 is out of range: .* takes 2 positional"):
+        jg.jit(lambda x, s: x * s, static_argnums=5)
+
+
+def test_scan_body_returning_only_the_carry():
+    body = lambda c, x: c + x  # noqa: E731
+    with pytest.raises(TypeError, match="must return a pair"):
+        jg.scan(body, 0.0, np.arange(3.0))
+    with pytest.raises(TypeError, match="must return a pair"):
+        jg.jit(lambda xs: jg.scan(body, 0.0, xs))(np.arange(3.0))
+
+
+# ---- 12. operations not supported yet name themselves and the line -------------------------------------
+@pytest.mark.parametrize("what,fn", [
+    ("item assignment", lambda x: x.__setitem__(0, 1.0)),
+    ("ndarray.argpartition", lambda x: x.argpartition(1)),
+    ("ndarray.resize", lambda x: x.resize(2)),
+])
+def test_unsupported_operations_are_not_supported_errors(what, fn):
+    with pytest.raises(jg.NotSupportedError, match=f"{what}.*test_hostile"):
+        jg.jit(fn)(np.ones(3))
+
+
+def test_copy_is_a_new_array():
+    def f(x):
+        y = x * 2.0
+        z = y.copy()
+        z += 1.0
+        return np.sum(y) + np.sum(z)
+    x = np.arange(3.0)
+    assert jg.jit_grad(f)(x)[0] == f(x)
+
+
+# ---- 13. the command line -------------------------------------------------------------------------------------
+def test_show_usage_errors_are_one_line(tmp_path):
+    (tmp_path / "notpy").write_text("x\n")
+    (tmp_path / "mod.py").write_text("import numpy as np\ndef f(w):\n    return np.sum(w)\n")
+    for args in (["./notpy:f", "--shape", "w=3"], ["mod:f", "--shape", "w=100000000000x100000"]):
+        r = subprocess.run([sys.executable, "-m", "jitgraph", "show", *args], capture_output=True,
+                           text=True, cwd=tmp_path, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "error:" in r.stderr, r.stderr
+
