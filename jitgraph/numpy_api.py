@@ -20,7 +20,7 @@ import numpy as np
 from .core import ARGUMENT, GraphTrace, Tensor, bind, innermost
 from .errors import NotSupportedError, ShapeError, where
 from .ops.registry import FUNCTIONS, UFUNCS, method
-from .values import check_dtype
+from .values import check_array_type, check_dtype
 
 
 # ---- operands: dtype promotion and broadcasting ----------------------------------
@@ -44,6 +44,8 @@ def as_operand(x):
     if isinstance(x, (list, tuple)):
         if builtins.any(isinstance(e, Tensor) for e in _leaves(x)):
             return np.stack([as_operand(e) for e in x])
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        check_array_type(x, "an operand")
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
     if a.dtype.kind in "OUSV":
         raise TypeError(f"unsupported operand type for a NumPy operation on traced values: "

@@ -194,6 +194,11 @@ def test_subclasses_with_other_semantics_are_refused(make, tmp_path):
     f(np.ones(x.shape))                     # a cached plain-array signature must refuse it too
     with pytest.raises(TypeError, match="ndarray subclass"):
         f(x)
+    # as a non-differentiated operand of eager code, or a constant of a traced function
+    with pytest.raises(TypeError, match="an operand is a numpy"):
+        jg.value_and_grad(lambda w, m: np.sum(w * m))(np.ones(x.shape), x)
+    with pytest.raises(TypeError, match="an operand is a numpy"):
+        jg.jit(lambda w: np.sum(w * x))(np.ones(x.shape))
 
 
 def test_memmaps_and_views_are_arrays(tmp_path):
