@@ -81,13 +81,14 @@ def _split_aux(out, has_aux, fname):
     return out[0], out[1]
 
 
-def _to_numpy(v):
-    """A result as the caller should see it: 0-d as a NumPy scalar, arrays owned and writable."""
+def _to_numpy(v, like=None):
+    """A result as the caller should see it: arrays owned and writable; 0-d as a NumPy scalar,
+    except the gradient of an ndarray argument (`like`), which is an array like it."""
     if isinstance(v, Tensor):
         return v
     if not isinstance(v, np.ndarray):
-        return np.asarray(v)[()]
-    if v.ndim == 0:
+        v = np.asarray(v)
+    if v.ndim == 0 and type(like) is not np.ndarray:
         return v[()]
     if v.base is not None or not v.flags.writeable:
         return v.copy()
@@ -122,9 +123,10 @@ def value_and_grad(fun, argnums=0, has_aux=False):
             return _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname)
         trace = EagerTrace()
         args = list(args)
-        wrt, trees = [], []
+        wrt, trees, wrt_leaves = [], [], []
         for a in dict.fromkeys(nums):     # each argument once, even if argnums repeats it
             leaves, td = tree_flatten(args[a])
+            wrt_leaves += leaves
             boxed = []
             for k, leaf in enumerate(leaves):
                 value, weak = _leaf_value(leaf, f"argument {a} of {fname}")
@@ -145,7 +147,8 @@ def value_and_grad(fun, argnums=0, has_aux=False):
             value = out
         by_arg, k = {}, 0
         for a, td in zip(dict.fromkeys(nums), trees):
-            by_arg[a] = tree_unflatten(td, [_to_numpy(g) for g in flat[k:k + td.num_leaves]])
+            by_arg[a] = tree_unflatten(td, [_to_numpy(g, like) for g, like in
+                                            zip(flat[k:k + td.num_leaves], wrt_leaves[k:k + td.num_leaves])])
             k += td.num_leaves
         grads = by_arg[nums[0]] if single else tuple(by_arg[a] for a in nums)
         value = _to_numpy(unbox(value, trace))
@@ -256,10 +259,11 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
         meta["checkpoint_regions"] = dict(trace.regions)
     value_node = _as_node(trace, value, fname)
     n_forward = len(trace.nodes)
-    wrt, grad_trees = [], []
+    wrt, grad_trees, grad_leaves = [], [], []
     for a in nums:
         idx = [j for j, k in enumerate(input_leaves) if arg_of_leaf[k] == a]
         wrt += [inputs[j] for j in idx]
+        grad_leaves += [input_leaves[j] for j in idx]
         grad_trees.append(tree_flatten(args[a])[1])
     seed = trace.const(np.ones((), dtype=value_node.dtype))
     flat = backward(trace.nodes[:n_forward], value_node, wrt, trace.tracer, trace.tracer(seed))
@@ -267,6 +271,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
     adjoint_ids = {n.id for n in trace.nodes[n_forward:]}
     aux_leaves, aux_tree = tree_flatten(aux) if has_aux else ([], None)
     outputs = [value_node] + grad_nodes + [_as_node(trace, v, fname) for v in aux_leaves]
+    meta["grad_leaves"] = grad_leaves       # the argument leaf of each gradient output
     grads_def = grad_trees[0] if single else _tuple_def(grad_trees)
     value_def = _tuple_def([_leaf_def(), aux_tree]) if has_aux else _leaf_def()
     meta["out_tree"] = _tuple_def([value_def, grads_def])
@@ -323,13 +328,18 @@ def _as_node(trace, v, fname="the function"):
     return trace.const(value)
 
 
-def unflatten_outputs(graph, flat):
-    """Rebuild the traced function's output structure from the graph's flat outputs."""
+def unflatten_outputs(graph, flat, leaves=None):
+    """Rebuild the traced function's output structure from the graph's flat outputs (gradients
+    of ndarray argument leaves, among `leaves`, stay arrays)."""
     flat = run_checks(graph, flat)
+    likes = [None] * len(flat)
+    for k, leaf in enumerate(graph.meta.get("grad_leaves", ())):
+        likes[1 + k] = leaves[leaf] if leaves is not None else None
+    flat = [_to_numpy(v, like) for v, like in zip(flat, likes)]
     order = graph.meta.get("out_order")
     if order is not None:
         flat = [flat[i] for i in order]
-    return tree_unflatten(graph.meta["out_tree"], [_to_numpy(v) for v in flat])
+    return tree_unflatten(graph.meta["out_tree"], flat)
 
 
 def make_graph(fun, argnums=0, grad=False, has_aux=False):
@@ -349,6 +359,5 @@ def eval_graph(graph, *args):
     """Run `graph` with the reference interpreter on pytree arguments; returns fun's structure."""
     leaves, _ = tree_flatten(tuple(args))
     picked = graph.meta.get("input_leaves")
-    if picked is not None:
-        leaves = [leaves[k] for k in picked]
-    return unflatten_outputs(graph, evaluate(graph, *leaves))
+    inputs = leaves if picked is None else [leaves[k] for k in picked]
+    return unflatten_outputs(graph, evaluate(graph, *inputs), leaves)

@@ -27,13 +27,19 @@ from .ops.registry import METHODS, PRIMS
 
 _levels = itertools.count(1)
 MAX_BYTES = np.iinfo(np.intp).max     # NumPy's limit on an array's size in bytes
-_tracing = threading.local()
+
+
+class _Tracing(threading.local):
+    depth = 0
+
+
+_tracing = _Tracing()
 
 
 @contextlib.contextmanager
 def tracing():
     """Marks the code inside as being traced into a graph (see `is_tracing`)."""
-    _tracing.depth = getattr(_tracing, "depth", 0) + 1
+    _tracing.depth += 1
     try:
         yield
     finally:
@@ -43,7 +49,7 @@ def tracing():
 def is_tracing():
     """Is a graph being traced in this thread? Outside a trace (plain NumPy, eager tapes) the
     structured control-flow constructs run as Python statements."""
-    return getattr(_tracing, "depth", 0) > 0
+    return _tracing.depth > 0
 
 
 class Trace:

@@ -167,6 +167,10 @@ class Entry:
             ns["run_checks"], ns["graph"] = run_checks, graph
             lines.append("    run_checks(graph, r)")
         outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs[:n_own])]
+        for k, leaf in enumerate(graph.meta.get("grad_leaves", ())):
+            if graph.outputs[1 + k].ndim == 0:
+                # the gradient of a 0-d ndarray argument is a 0-d array (of a scalar, a scalar)
+                outs[1 + k] = f"(r[{1 + k}].reshape(()) if type(leaves[{leaf}]) is np.ndarray else r[{1 + k}][0])"
         order = graph.meta.get("out_order")
         if order is not None:
             outs = [outs[i] for i in order]

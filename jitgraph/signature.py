@@ -73,7 +73,7 @@ def cuda_leaf(x):
 
 
 def _leaf_key(x):
-    if isinstance(x, np.ndarray):
+    if isinstance(x, (np.ndarray, np.generic)):     # np.float64 is a Python float too: first
         return (x.shape, x.dtype.char)
     if isinstance(x, bool):
         return ("b",)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import jitgraph as jg
+from jitgraph.ops import control
 from test_ops import TABLE, diff_argnums, make_args
 
 pytestmark = pytest.mark.xdist_group("control")
@@ -58,6 +59,35 @@ def test_cond_outside_a_trace_is_python():
     assert jg.cond(True, lambda a: a + 1, lambda a: a - 1, 1.0) == 2.0
     v, g = jg.value_and_grad(lambda x: jg.cond(x > 0, np.sin, np.cos, x))(0.5)
     assert g == pytest.approx(np.cos(0.5))
+
+
+def test_constructs_outside_a_trace_never_touch_the_tracer(monkeypatch):
+    """Plain NumPy and eager tapes run the constructs as Python statements: bodies may use
+    functions jitgraph does not support, and nothing is traced."""
+    def no_tracing(*a, **k):
+        raise AssertionError("traced a body outside a trace")
+    monkeypatch.setattr(control, "trace_subgraph", no_tracing)
+    carry, ys = jg.scan(lambda c, x: (c + np.linalg.det(np.eye(2) * x), c), 0.0, np.arange(3.0))
+    assert carry == pytest.approx(0.0 + 1.0 + 4.0) and np.allclose(ys, [0.0, 0.0, 1.0])
+    xs = np.array([3, 1, 3, 2])
+    assert jg.cond(len(np.unique(xs)) == 3, lambda v: v * 2, lambda v: v, 1.5) == 3.0
+    assert jg.fori_loop(0, 3, lambda i, v: v + len(np.unique(xs[:i + 1])), 0) == 1 + 2 + 2
+    assert jg.while_loop(lambda v: v < np.median(xs) * 10, lambda v: v * 2, 1) == 32
+    # eagerly, the recorded values decide, as Python control flow does
+    def loss(x):
+        y = jg.fori_loop(0, 3, lambda i, v: v * np.sin(v) + i, x)
+        return jg.cond(y > 0, lambda a: a ** 2, lambda a: -a, y)
+
+    def python_loss(x):
+        y = x
+        for i in range(3):
+            y = y * np.sin(y) + i
+        return y ** 2 if y > 0 else -y
+
+    v, g = jg.value_and_grad(loss)(0.7)
+    eps = 1e-6
+    assert v == pytest.approx(python_loss(0.7))
+    assert g == pytest.approx((python_loss(0.7 + eps) - python_loss(0.7 - eps)) / (2 * eps), rel=1e-6)
 
 
 # ---- loops -----------------------------------------------------------------------------------------

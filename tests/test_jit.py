@@ -86,3 +86,25 @@ def test_table_through_jit_grad(batch, dtype, backend):
             scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
             np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * scale,
                                        err_msg=f"gradient of table entry {owners[k].name!r} ({call} call)")
+
+
+def test_gradients_keep_the_array_ness_of_their_argument():
+    """A 0-d ndarray parameter gets a 0-d ndarray gradient (a scalar parameter a NumPy scalar),
+    and an SGD loop whose update turns 0-d arrays into NumPy scalars does not retrace."""
+    def loss(p, x):
+        return np.sum((x * p["w"] + p["b"]) ** 2)
+
+    x = np.arange(3.0)
+    f = jg.jit_grad(loss)
+    for run in (jg.value_and_grad(loss), f):
+        p = {"w": np.array(0.5), "b": np.array(0.1)}
+        _, g = run(p, x)
+        assert type(g["w"]) is np.ndarray and g["w"].shape == ()
+        for _ in range(3):
+            _, g = run(p, x)
+            p = {k: p[k] - 0.01 * g[k] for k in p}
+    assert f.cache_info().traces == 1
+    h = jg.jit_grad(lambda w: w * w)
+    assert type(h(np.array(2.0))[1]) is np.ndarray
+    assert type(h(2.0)[1]) is np.float64 and type(h(np.float64(2.0))[1]) is np.float64
+    assert type(jg.grad(lambda w: w * w)(np.array(2.0))) is np.ndarray

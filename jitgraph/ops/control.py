@@ -26,7 +26,6 @@ from ..interpreter import evaluate, run_graph
 from ..numpy_api import cast, zeros_like
 from ..tree import tree_flatten, tree_unflatten
 from .registry import TUPLE_ELEMENT, NoGradient, register
-from .shape import stack
 
 TUPLE = np.dtype(object)     # the dtype of a control node's value: a tuple of arrays
 
@@ -132,8 +131,13 @@ def cond(pred, true_fun, false_fun, *operands):
     """`true_fun(*operands)` if `pred` else `false_fun(*operands)`, like `jax.lax.cond`.
 
     Traced, both branches become subgraphs with identical output shapes and dtypes
-    and only the taken one runs; gradients flow through the taken branch.
+    and only the taken one runs; gradients flow through the taken branch. Outside a
+    trace it is the `if` statement.
     """
+    if not is_tracing():
+        if isinstance(pred, Tracer):
+            _truth(pred, "cond's predicate")
+        return true_fun(*operands) if pred else false_fun(*operands)
     leaves, in_tree = tree_flatten(tuple(operands))
     avals = [_aval(v) for v in leaves]
 
@@ -201,13 +205,26 @@ def _static_int(v, what):
     raise TypeError(f"{what} must be an integer, got {v!r}")
 
 
+def _truth(v, what):
+    """bool(v) for a concrete value (an eager box follows its recorded value)."""
+    if isinstance(v, Tracer):
+        raise TracingError(f"{what} is a traced value outside the function being traced")
+    return bool(v)
+
+
 def fori_loop(lower, upper, body_fun, init_val):
     """`for i in range(lower, upper): val = body_fun(i, val)`; returns val (like `jax.lax.fori_loop`).
 
     Traced with integer bounds, this compiles to one real loop (not unrolled) and is
     differentiable (the per-iteration carries are stored for the reverse loop). With a
-    traced bound it runs as a `while_loop`: fine in `jit`, not differentiable.
+    traced bound it runs as a `while_loop`: fine in `jit`, not differentiable. Outside a
+    trace it is the `for` statement.
     """
+    if not is_tracing():
+        val = init_val
+        for i in range(int(lower), int(upper)):
+            val = body_fun(i, val)
+        return val
     lo, hi = _static_int(lower, "fori_loop's lower"), _static_int(upper, "fori_loop's upper")
     if lo is not None and hi is not None:
         length = max(hi - lo, 0)
@@ -231,7 +248,8 @@ def fori_loop(lower, upper, body_fun, init_val):
 
 
 def scan(f, init, xs=None, length=None, reverse=False):
-    """`jax.lax.scan`: `carry, y = f(carry, x)` over the leading axis of `xs`; returns (carry, ys)."""
+    """`jax.lax.scan`: `carry, y = f(carry, x)` over the leading axis of `xs`; returns (carry, ys).
+    Outside a trace it is a `for` loop over the rows of `xs`."""
     x_leaves, _ = tree_flatten(xs)
     lengths = {int(np.shape(x)[0]) if not isinstance(x, Tensor) else x.shape[0] for x in x_leaves}
     if length is not None:
@@ -251,9 +269,6 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
     """Shared by scan and fori_loop: step(i, carry, x) -> (carry, y)."""
     init_leaves, c_tree = tree_flatten(init)
     x_leaves, x_tree = tree_flatten(xs)
-    c_avals = [_aval(v) for v in init_leaves]
-    x_avals = [(_aval(v)[0][1:], _aval(v)[1], False) for v in x_leaves]
-    i_aval = ((), np.dtype(np.int64), False)
     nc = len(init_leaves)
 
     def checked_step(i, carry, x):
@@ -274,17 +289,27 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
         carry, ys = init, []
         order = range(T - 1, -1, -1) if reverse else range(T)
         for p in order:
-            x = tree_unflatten(x_tree, [v[p] for v in x_leaves])
+            x = xs[p] if x_tree.kind == "leaf" else tree_unflatten(x_tree, [v[p] for v in x_leaves])
             carry, y = checked_step(start + p, carry, x)
             ys.append(y)
         if reverse:
             ys = ys[::-1]
-        y_leaves0 = tree_flatten(ys[0])[0] if ys else []
-        if not ys or not y_leaves0:
-            return carry, (ys[0] if ys else None)
+        if not ys:
+            return carry, None
+        if isinstance(ys[0], (np.ndarray, np.generic, Tensor)):
+            return carry, np.stack(ys)
+        y_leaves0 = tree_flatten(ys[0])[0]
+        if not y_leaves0:
+            return carry, ys[0]
         trees = [tree_flatten(y) for y in ys]
-        stacked = [stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
+        stacked = [np.stack([t[0][k] for t in trees]) for k in range(len(y_leaves0))]
         return carry, tree_unflatten(trees[0][1], stacked)
+
+    if not is_tracing():
+        return run_python()
+    c_avals = [_aval(v) for v in init_leaves]
+    x_avals = [(_aval(v)[0][1:], _aval(v)[1], False) for v in x_leaves]
+    i_aval = ((), np.dtype(np.int64), False)
 
     traced = _trace_bodies(init_leaves + x_leaves,
                            [(body, [i_aval] + c_avals + x_avals, _fname(user_fun))])
@@ -333,7 +358,13 @@ def while_loop(cond_fun, body_fun, init_val):
 
     Compiles to a real loop in `jit`; not reverse-differentiable (the trip count is
     only known at run time): use `fori_loop` with static bounds or `scan` for gradients.
+    Outside a trace it is the `while` statement.
     """
+    if not is_tracing():
+        val = init_val
+        while _truth(cond_fun(val), "while_loop's condition"):
+            val = body_fun(val)
+        return val
     return _while(cond_fun, body_fun, init_val, "while_loop")
 
 
