@@ -4,7 +4,7 @@ import pytest
 
 import jitgraph as jg
 from jitgraph.ops import control
-from test_ops import TABLE, diff_argnums, make_args
+from optable import TABLE, diff_argnums, make_args
 
 pytestmark = pytest.mark.xdist_group("control")
 

@@ -21,7 +21,7 @@ from golden_files import assert_golden
 from jitgraph.bench import WORKLOADS
 from jitgraph.interpreter import evaluate
 from jitgraph.ops.registry import PRIMS
-from test_ops import TABLE, diff_argnums, make_args
+from optable import TABLE, diff_argnums, make_args
 
 pytest.importorskip("numba_cuda")
 from numba import cuda  # noqa: E402  (module level: the simulator swaps this name in kernels)

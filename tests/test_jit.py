@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jitgraph as jg
-from test_ops import TABLE, diff_argnums, make_args
+from optable import TABLE, diff_argnums, make_args
 
 BATCH = 30
 

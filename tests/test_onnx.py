@@ -24,7 +24,7 @@ from jitgraph.onnx_export import export_onnx, graph_to_onnx, supported_ops
 from jitgraph.ops import registry
 from jitgraph.tree import tree_flatten
 
-from test_ops import TABLE, _id, _sample, diff_argnums, make_args, program_ops
+from optable import TABLE, _id, _sample, diff_argnums, make_args, program_ops
 
 PRIMS = registry.PRIMS
 

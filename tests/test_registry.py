@@ -14,7 +14,7 @@ from jitgraph.codegen import emit_cpu, emit_cuda
 from jitgraph.onnx_export import supported_ops
 from jitgraph.ops import registry, scalar
 from jitgraph.ops.reduce import REDUCTIONS
-from test_ops import NONDIFF, TABLE, diff_argnums, make_args, program_ops
+from optable import NONDIFF, TABLE, diff_argnums, make_args, program_ops
 
 
 def table_ops():

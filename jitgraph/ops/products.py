@@ -1,4 +1,4 @@
-"""Linear algebra: the batched `matmul` primitive and the NumPy products built on it."""
+"""Products: the batched `matmul` primitive and the NumPy products built on it (dot, inner, outer, ...)."""
 import builtins
 
 import numpy as np

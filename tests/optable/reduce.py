@@ -1,0 +1,45 @@
+"""Rows: reductions with every axis form and keepdims, and the stable row-wise composites."""
+import numpy as np
+
+import jitgraph as jg
+from . import UNARY_SHAPES, op
+
+
+# reductions over (2, 3, 4) with every axis form and keepdims
+RED_AXES = [None, 0, 1, -1, (0, 2), (-1, 0), (0, 1, 2)]
+for _name, _fn, _dom in [("sum", np.sum, "real"), ("mean", np.mean, "real"), ("max", np.max, "real"),
+                         ("min", np.min, "real"), ("prod", np.prod, "nonzero"), ("var", np.var, "real"),
+                         ("std", np.std, "real")]:
+    for _axis in RED_AXES:
+        for _kd in (False, True):
+            op(f"{_name}[axis={_axis},keepdims={_kd}]",
+               lambda x, _fn=_fn, _axis=_axis, _kd=_kd: _fn(x, axis=_axis, keepdims=_kd),
+               ((2, 3, 4),), domain=_dom)
+    op(f"{_name}-1d", lambda x, _fn=_fn: _fn(x), ((5,),), domain=_dom)
+op("np.amax", lambda x: np.amax(x, axis=1), ((3, 4),))
+op("np.amin", lambda x: np.amin(x, 0, keepdims=True), ((3, 4),))
+op("var-ddof", lambda x: np.var(x, axis=1, ddof=1), ((3, 4),))
+op("std-ddof", lambda x: np.std(x, ddof=1, keepdims=True), ((3, 4),))
+op("sum-method", lambda x: x.sum(axis=1), ((3, 4),))
+op("sum-method-kd", lambda x: x.sum(-1, keepdims=True), ((3, 4),))
+op("mean-method", lambda x: x.mean(axis=0), ((3, 4),))
+op("max-method", lambda x: x.max(axis=-1, keepdims=True), ((3, 4),))
+op("min-method", lambda x: x.min(0), ((3, 4),))
+op("prod-method", lambda x: x.prod(axis=1), ((3, 4),), domain="nonzero")
+op("var-method", lambda x: x.var(axis=0), ((3, 4),))
+op("std-method", lambda x: x.std(), ((3, 4),))
+op("sum-of-scalar", lambda x: np.sum(x), ((),))
+op("mean-broadcast-back", lambda x: x - np.mean(x, axis=0, keepdims=True), ((4, 3),))
+op("max-reduce-ufunc", lambda x: np.maximum.reduce(x, axis=0), ((3, 4),))
+op("add-reduce-ufunc", lambda x: np.add.reduce(x, axis=1), ((3, 4),))
+
+
+# stable composites
+op("jg.logsumexp", lambda x: jg.logsumexp(x), ((5,),), ((2, 3),))
+op("jg.logsumexp-axis", lambda x: jg.logsumexp(x, axis=-1), ((2, 3),))
+op("jg.logsumexp-kd", lambda x: jg.logsumexp(x, axis=0, keepdims=True), ((2, 3),))
+op("jg.softmax", lambda x: jg.softmax(x), ((5,),), ((2, 3),))
+op("jg.softmax-axis0", lambda x: jg.softmax(x, axis=0), ((2, 3),))
+op("jg.log_softmax", lambda x: jg.log_softmax(x), ((5,),), ((2, 3),))
+op("jg.log_softmax-axis0", lambda x: jg.log_softmax(x, axis=0), ((2, 3),))
+op("jg.sigmoid", lambda x: jg.sigmoid(x), *UNARY_SHAPES)
