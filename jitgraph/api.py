@@ -9,7 +9,7 @@ from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracin
 from .errors import GradError, JitgraphError
 from .graph import Graph
 from .interpreter import evaluate
-from .numpy_api import ones_like, shape_of, zeros_like
+from .numpy_api import as_operand, ones_like, shape_of, zeros_like
 from .tree import TreeDef, tree_flatten, tree_unflatten
 from .values import array_value, is_static_leaf, python_int_class, supported_dtype
 
@@ -321,6 +321,8 @@ def _as_node(trace, v, fname="the function"):
         return v.node
     if isinstance(v, Tensor):
         raise JitgraphError("an output of the traced function belongs to another trace")
+    if isinstance(v, np.ndarray) and v.dtype == object:     # an object array of traced values
+        return _as_node(trace, as_operand(v), fname)
     value = np.asarray(v)
     if not supported_dtype(value.dtype):
         raise TypeError(f"{fname} returned a {type(v).__name__} ({v!r:.40}): a traced function returns "

@@ -16,6 +16,8 @@ same functions, so one rule serves NumPy values, eager tapes and graphs alike.
 import contextlib
 import itertools
 import math
+import os
+import sys
 import threading
 
 import numpy as np
@@ -472,7 +474,11 @@ class Tensor:
         return self
 
     def __getattr__(self, name):
-        # only called for names the class does not define
+        # only called for names the class does not define. NumPy's loops over object arrays
+        # (np.exp of an array of traced scalars) call a method named after the ufunc
+        ufunc = getattr(np, name, None)
+        if isinstance(ufunc, np.ufunc) and ufunc.nin == 1 and ufunc.nout == 1:
+            return lambda: ufunc(self)
         if not name.startswith("_") and hasattr(np.ndarray, name):
             raise NotSupportedError(f"ndarray.{name} is not supported on traced values{where()}")
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
@@ -545,6 +551,76 @@ class Tensor:
         """A new array with this value (updating one never changes the other)."""
         return self.rebind(self.node)
 
+    def all(self, axis=None, out=None, keepdims=False, **kw):
+        return np.all(self, axis, out, keepdims, **kw)
+
+    def any(self, axis=None, out=None, keepdims=False, **kw):
+        return np.any(self, axis, out, keepdims, **kw)
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return np.argmax(self, axis, out, keepdims=keepdims)
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return np.argmin(self, axis, out, keepdims=keepdims)
+
+    def argsort(self, axis=-1, kind=None, order=None, **kw):
+        return np.argsort(self, axis, kind, order, **kw)
+
+    def cumsum(self, axis=None, dtype=None, out=None):
+        return np.cumsum(self, axis, dtype, out)
+
+    def cumprod(self, axis=None, dtype=None, out=None):
+        return np.cumprod(self, axis, dtype, out)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return np.trace(self, offset, axis1, axis2, dtype, out)
+
+    def repeat(self, repeats, axis=None):
+        return np.repeat(self, repeats, axis)
+
+    def round(self, decimals=0, out=None):
+        return np.round(self, decimals, out)
+
+    def conj(self):
+        return np.conjugate(self)
+
+    conjugate = conj
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return np.searchsorted(self, v, side, sorter)
+
+    def sort(self, axis=-1, kind=None, order=None):
+        """Sort in place, like ndarray.sort (every name bound to this array sees it)."""
+        METHODS["assign"](self, np.sort(self, axis, kind, order), "sort()")
+
+    def fill(self, value):
+        self[...] = value
+
+    def put(self, indices, values, mode="raise"):
+        return np.put(self, indices, values, mode)
+
+    @property
+    def real(self):
+        return np.real(self)
+
+    @property
+    def imag(self):
+        return np.imag(self)
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
 
 class Tracer(Tensor):
     """A symbolic value in a graph under construction."""
@@ -572,9 +648,11 @@ class Tracer(Tensor):
         self._concrete("bool()")
 
     def __float__(self):
+        _refuse_numpy_conversion("float")
         self._concrete("float()")
 
     def __int__(self):
+        _refuse_numpy_conversion("int")
         self._concrete("int()")
 
     def __index__(self):
@@ -583,7 +661,16 @@ class Tracer(Tensor):
     def __complex__(self):
         self._concrete("complex()")
 
-    def __array__(self, dtype=None, copy=None):
+    @property
+    def __array__(self):
+        # a 0-d value has no __array__: NumPy then keeps it as an object element, so
+        # np.array([a, b]) and np.mean([a, b]) of traced scalars make object arrays, which
+        # jitgraph stacks back into one value when they meet (numpy_api.as_operand)
+        if not self.node.shape:
+            raise AttributeError("__array__")
+        return self._refuse_array
+
+    def _refuse_array(self, dtype=None, copy=None):
         self._concrete("conversion to a NumPy array")
 
     def item(self):
@@ -614,15 +701,23 @@ class EagerBox(Tensor):
         return bool(self.value)
 
     def __float__(self):
+        _refuse_numpy_conversion("float")
         return float(self.value)
 
     def __int__(self):
+        _refuse_numpy_conversion("int")
         return int(self.value)
 
     def __index__(self):
         return int(self.value)
 
-    def __array__(self, dtype=None, copy=None):
+    @property
+    def __array__(self):
+        if not self.node.shape:      # see Tracer.__array__
+            raise AttributeError("__array__")
+        return self._refuse_array
+
+    def _refuse_array(self, dtype=None, copy=None):
         raise JitgraphError(
             f"converting a recorded value to a NumPy array would cut it out of the gradient "
             f"tape{where()}; use jitgraph/NumPy operations on it, or .item() for a Python scalar")
@@ -635,6 +730,21 @@ class EagerBox(Tensor):
 
     def __repr__(self):
         return f"EagerBox({self.value!r})"
+
+
+_NUMPY_DIR = os.path.dirname(np.__file__)
+
+
+def _refuse_numpy_conversion(kind):
+    """NumPy's own Python code turning a recorded scalar into a NumPy scalar (np.mean or np.std of
+    a list of traced values ends with `np.float64(result)`) would cut it out of the gradient:
+    say what to write instead."""
+    caller = sys._getframe(2).f_code.co_filename
+    if caller.startswith(_NUMPY_DIR):
+        raise NotSupportedError(
+            f"NumPy converted a traced value with {kind}() inside one of its functions, which would "
+            f"cut it out of the graph: np.mean/np.std of a list of traced values do this. Stack the "
+            f"values into one array first, e.g. np.mean(np.stack([a, b])){where()}")
 
 
 def unbox(x, trace):

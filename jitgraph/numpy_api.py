@@ -38,7 +38,8 @@ def _weak_proxy(x):
 
 
 def as_operand(x):
-    """x as a Tensor or an ndarray; a (nested) list or tuple holding Tensors is stacked."""
+    """x as a Tensor or an ndarray; a (nested) list or tuple holding Tensors is stacked, and so
+    is an object array of traced scalars (what np.array([a, b]) makes of them)."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (list, tuple)):
@@ -47,6 +48,8 @@ def as_operand(x):
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
         check_array_type(x, "an operand")
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if a.dtype == object and a.size and builtins.any(isinstance(e, Tensor) for e in a.flat):
+        return reshape(np.stack([as_operand(e) for e in a.flat]), a.shape)
     if a.dtype.kind in "OUSV":
         raise TypeError(f"unsupported operand type for a NumPy operation on traced values: "
                         f"{type(x).__name__}{where()}")

@@ -9,7 +9,8 @@ import numpy as np
 
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, elementwise, is_weak,
-                         keep_weak, lift, no_out, ones_like, result_dtype, runtime_check, shape_of)
+                         keep_weak, lift, no_out, ones_like, result_dtype, runtime_check, shape_of,
+                         zeros_like)
 from ..core import Tensor, bind
 from .registry import ZERO_GRADIENT, implements, register
 
@@ -171,6 +172,22 @@ def negative(x):
 @implements(np.positive)
 def positive(x):
     return x
+
+
+@implements(np.conjugate)
+def conjugate(x):
+    """Real values are their own conjugate (complex dtypes are not supported)."""
+    return x
+
+
+@implements(np.real)
+def real(x):
+    return x
+
+
+@implements(np.imag)
+def imag(x):
+    return zeros_like(x)
 
 
 @implements(np.absolute, np.fabs)
