@@ -33,7 +33,7 @@ as 1-element arrays.
 """
 import numpy as np
 
-from jitgraph.ops.registry import Lowerings
+from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
 from .fusion import Group, Partition
@@ -195,7 +195,8 @@ class Emitter(EmitterBase):
             k = plan.step_at.get(n.id)
             if k is None:
                 continue
-            if n.id in self.part.materialized and n.kind not in ("input", "const", "control"):
+            if n.id in self.part.materialized and n.kind not in ("input", "const") \
+                    and not PRIMS[n.op].multiple:
                 made[n.id] = n
             if n.id in self.part.virtual:
                 continue

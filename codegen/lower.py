@@ -60,7 +60,7 @@ class EmitterBase:
 
     def comment(self, node):
         """`# c:f64[n0,n1] = mul a b`: the node, with sizes as the symbols the code uses."""
-        if node.kind == "control":     # its subgraphs are emitted as functions of their own
+        if PRIMS[node.op].multiple:     # a tuple, read by proj nodes (control flow: subgraphs)
             args = " ".join(self.names[i.id] for i in node.inputs)
             small = ", ".join(f"{k}={v!r}" for k, v in node.params if isinstance(v, (int, bool, str)))
             return f"# {self.names[node.id]}:tuple = {node.op}[{small}] {args}"

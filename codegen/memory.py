@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jitgraph.graph import flops
+from jitgraph.ops.registry import PRIMS
 
 from .fusion import Group
 
@@ -136,7 +137,7 @@ class MemoryPlan:
             self._assign()
             for o in (graph.outputs if recycle_outputs else ()):
                 r = self.root_of(part.resolve(o))
-                if r.op in ("input", "const") or r.id in self.out_index or r.kind == "control" \
+                if r.op in ("input", "const") or r.id in self.out_index or PRIMS[r.op].multiple \
                         or r.id in control_operands \
                         or r.id not in part.materialized or not self._plannable(r):
                     continue

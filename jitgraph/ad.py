@@ -41,9 +41,9 @@ def backward_multi(nodes, outs, wrt, value_of, seeds):
         value_of: node -> its value (a NumPy array, or a Tensor when tracing).
         seeds: the adjoint of each of `outs` (ones for a scalar loss).
 
-    A control node (cond/scan/while) produces a tuple read by `proj` nodes: the
-    adjoints of its projections are collected per element and its rule gets them
-    all at once.
+    A tuple-valued node (cond/scan/while, a library op with several results)
+    produces a tuple read by `proj` nodes: the adjoints of its projections are
+    collected per element and its rule gets them all at once.
 
     Returns:
         A list with one adjoint per `wrt` node (zeros where out does not depend on it).
@@ -61,12 +61,12 @@ def backward_multi(nodes, outs, wrt, value_of, seeds):
         prim = PRIMS[node.op]
         if isinstance(prim.vjp, NoGradient):
             raise GradError(prim.vjp.message(node))
-        if prim.kind == "structural":      # proj: element `index` of a control node's tuple
+        if prim.kind == "structural":      # proj: element `index` of a tuple-valued node
             parts = adj.setdefault(node.inputs[0].id, {})
             k = node.p["index"]
             parts[k] = g if k not in parts else parts[k] + g
             continue
-        if prim.kind == "control":
+        if prim.multiple:
             n_out = len(node.p["out_avals"])
             contributions = prim.vjp([g.get(k) for k in range(n_out)], node, value_of)
         else:

@@ -21,8 +21,8 @@ def run_graph(graph, args, apply):
 def _apply_impl(node, values):
     prim = PRIMS[node.op]
     value = prim.impl(*values, **node.p)
-    # a control node's value is a tuple, read by its proj nodes
-    return value if prim.kind == "control" else np.asarray(value)
+    # a tuple-valued node (control flow, several results) is read by its proj nodes
+    return value if prim.multiple else np.asarray(value)
 
 
 def evaluate(graph, *flat_args):

@@ -688,7 +688,7 @@ def _emit_graph(b, graph, value, direct=None, prefix=""):
             value[node.id] = labels[node.id] = b.initializer(node.value, b.fresh(ir))
             continue
         ins = [value[i.id] for i in node.inputs]
-        control = node.kind == "control"
+        control = PRIMS[node.op].multiple
         out = None if control else direct.get(node.id) or b.fresh(ir)
         labels[node.id] = ir if control else out
         # the doc string is the IR line spelled with the model's value names

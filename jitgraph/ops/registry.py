@@ -60,7 +60,7 @@ class Primitive:
         impl: `impl(*arrays, **params)`, the NumPy reference implementation.
         vjp: one rule per input, `rule(g, out, *inputs, **params)` returning that
             input's adjoint contribution (or None: no derivative for that input);
-            a `NoGradient` mark; or, for control primitives, one rule
+            a `NoGradient` mark; or, for tuple-valued primitives (`multiple`), one rule
             `rule(cotangents, node, value_of)` returning every input's adjoint.
         expr: elementwise only: the scalar expression over operands `{0}`, `{1}`, ...
             in the language of `ops/scalar.py`, or a function of the node's params
@@ -71,19 +71,25 @@ class Primitive:
             refuses the op saying so), or None when it has a lowering.
         onnx: why the op has no ONNX export (a string), or None.
         flops: `flops(node) -> int`, a rough operation count (memory report).
+        multiple: the value is a tuple of arrays (control flow, and library ops with several
+            results such as eigh): `abstract` returns ((), object), `impl` a tuple, `proj`
+            nodes (params index, shape, dtype) pick the elements, and `vjp` is one rule
+            `rule(cotangents, node, value_of)` (a cotangent per element, None for elements no
+            path reads) returning every input's adjoint (None for none).
     """
 
     __slots__ = ("name", "kind", "abstract", "impl", "vjp", "expr", "export_expr", "host_only",
-                 "onnx", "flops", "__weakref__")
+                 "onnx", "flops", "multiple", "__weakref__")
 
     def __init__(self, name, kind, abstract, impl, vjp, expr=None, export_expr=None, host_only=None,
-                 onnx=None, flops=None):
+                 onnx=None, flops=None, multiple=False):
         if kind not in KINDS:
             raise ValueError(f"primitive {name!r}: unknown kind {kind!r}")
         self.name, self.kind, self.abstract, self.impl = name, kind, abstract, impl
         self.vjp, self.expr, self.export_expr = vjp, expr, export_expr
         self.host_only, self.onnx = host_only, onnx
         self.flops = flops if flops is not None else _size_flops
+        self.multiple = multiple or kind == "control"
 
     @property
     def differentiable(self):
