@@ -36,7 +36,8 @@ from .fusion import Group
 
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
-PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "gather", "scatter_add")
+PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
+               "scatter_set")
 
 
 def nbytes(node):

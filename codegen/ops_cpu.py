@@ -54,12 +54,17 @@ def _pad_slice(em, node, v, x):
     em.body += [f"{v} = {em.buffer(node)}", f"{v}[...] = 0", f"_rt.copy({x[0]}, {v}[{em.slices(node.p)}])"]
 
 
+@OPS.register("update_slice")
+def _update_slice(em, node, v, x):
+    em.body += [f"{v} = _rt.copy({x[0]}, {em.buffer(node)})", f"_rt.copy({x[1]}, {v}[{em.slices(node.p)}])"]
+
+
 @OPS.register("concatenate")
 def _concatenate(em, node, v, x):
     em.body.append(f"{v} = np.concatenate(({', '.join(x)},), axis={node.p['axis']})")
 
 
-@OPS.register("gather", "scatter_add")
+@OPS.register("gather", "scatter_add", "scatter_set")
 def _gather(em, node, v, x):
     S = em.sizes
     axis = node.p["axis"]
@@ -70,9 +75,12 @@ def _gather(em, node, v, x):
     buf = em.buffer(node)
     if node.op == "gather":
         src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
-    else:
+    elif node.op == "scatter_add":
         src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
         em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
+    else:       # scatter_set(x, idx, values): a copy of x, then the rows written in order
+        src, dst = f"{x[2]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
+        em.body.append(f"{v}_z = _rt.copy({x[0]}, {buf})")
     em.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
                    f".reshape({S.shape(node.shape)})")
 

@@ -3,9 +3,9 @@
 Each lowering is registered per primitive (`emit_cuda.OPS`): a host call
 (matrix products through `cuda_runtime.matmul`, reshapes as device views), or a
 kernel with one thread per output point that reads its input through the
-primitive's index map (transpose, broadcast, slicing, padding, concatenation,
-gather), or one thread per column (scatter_add, whose repeated indices
-accumulate in order).
+primitive's index map (transpose, broadcast, slicing, padding, a slice's item
+assignment, concatenation, gather), or one thread per column (scatter_add and
+scatter_set, which apply repeated indices in order).
 """
 from .emit_cuda import OPS, _index, unravel
 from .source import literal
@@ -68,28 +68,37 @@ def _slice(em, node, v):
     em.emit_pointwise(node, value)
 
 
+def _in_slice(em, node, k, ix, x, outside):
+    """(lines, expr) of a pointwise kernel for node: x (the block written into the slice
+    node.p of node's shape) at the point ix, and `outside` off the slice."""
+    lines, xi, conds = [], [], []
+    for d, (a, c) in enumerate(zip(node.p["starts"], node.p["steps"])):
+        if a == 0 and c == 1 and x.shape[d] == node.shape[d]:
+            xi.append(ix[d])
+            continue
+        j = f"j{d}"
+        off = ix[d] if a == 0 else f"({ix[d]} - {a})"
+        lines.append(f"{j} = {off} // {c}" if c != 1 else f"{j} = {off}")
+        if c != 1:
+            conds.append(f"{off} % {c} == 0")
+        conds += [f"{j} >= 0", f"{j} < {k.S(x.shape[d])}"]
+        xi.append(j)
+    if not conds:
+        return em.read(k, x, xi)
+    lines.append(f"ok = {' and '.join(conds)}")
+    return lines, f"{em.read(k, x, xi)} if ok else {outside}"
+
+
 @OPS.register("pad_slice")
 def _pad_slice(em, node, v):
-    x = node.inputs[0]
+    em.emit_pointwise(node, lambda k, ix: _in_slice(em, node, k, ix, node.inputs[0],
+                                                    literal(0, node.dtype)))
 
-    def value(k, ix):
-        lines, xi, conds = [], [], []
-        for d, (a, c) in enumerate(zip(node.p["starts"], node.p["steps"])):
-            if a == 0 and c == 1 and x.shape[d] == node.shape[d]:
-                xi.append(ix[d])
-                continue
-            j = f"j{d}"
-            off = ix[d] if a == 0 else f"({ix[d]} - {a})"
-            lines.append(f"{j} = {off} // {c}" if c != 1 else f"{j} = {off}")
-            if c != 1:
-                conds.append(f"{off} % {c} == 0")
-            conds += [f"{j} >= 0", f"{j} < {k.S(x.shape[d])}"]
-            xi.append(j)
-        if not conds:
-            return em.read(k, x, xi)
-        lines.append(f"ok = {' and '.join(conds)}")
-        return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
-    em.emit_pointwise(node, value)
+
+@OPS.register("update_slice")
+def _update_slice(em, node, v):
+    x, u = node.inputs
+    em.emit_pointwise(node, lambda k, ix: _in_slice(em, node, k, ix, u, em.read(k, x, ix)))
 
 
 @OPS.register("concatenate")
@@ -134,16 +143,21 @@ def _gather(em, node, v):
     em.emit_pointwise(node, value)
 
 
-@OPS.register("scatter_add")
-def _scatter_add(em, node, v):
-    """out[pre, idx[j], post] += g[pre, j, post]: one thread per (pre, post) column, j in order."""
+@OPS.register("scatter_add", "scatter_set")
+def _scatter(em, node, v):
+    """One thread per (pre, post) column of the result: zeros (scatter_add) or x's column
+    (scatter_set), then the updates added or written with j in order, so repeated indices
+    accumulate (scatter_add) or the last one stays (scatter_set), as in NumPy."""
     em.uses_err = True
-    g, idx = node.inputs
+    if node.op == "scatter_add":
+        (g, idx), x, symbol = node.inputs, None, "+="
+    else:
+        (x, idx, g), symbol = node.inputs, "="
     axis = node.p["axis"]
     m = idx.ndim
     out_shape = node.shape
     cols = tuple(out_shape[:axis]) + tuple(out_shape[axis + 1:])
-    k = em.kernel(f"scatter_add -> {em.names[node.id]}")
+    k = em.kernel(f"{node.op} -> {em.names[node.id]}")
     S = k.S
     k.lines.append(em.comment(node))
     total = em.sizes.product(cols)
@@ -156,7 +170,8 @@ def _scatter_add(em, node, v):
     k.array(v)
     k.array("err")
     n = S(out_shape[axis])
-    k.lines += [f"    for r in range({n}):", f"        {v}[{_index(oix('r'))}] = {literal(0, node.dtype)}"]
+    first = literal(0, node.dtype) if x is None else em.read(k, x, oix("r"))
+    k.lines += [f"    for r in range({n}):", f"        {v}[{_index(oix('r'))}] = {first}"]
     k.lines.append(f"    for j in range({S.product(idx.shape)}):")
     jl, jix = unravel("j", idx.shape, [f"j{d}" for d in range(m)], S, "        ")
     k.lines += jl
@@ -164,7 +179,7 @@ def _scatter_add(em, node, v):
     k.lines += [f"        ij = {em.read(k, idx, jix)}",
                 "        if ij < 0:", f"            ij += {n}",
                 f"        if ij >= 0 and ij < {n}:",
-                f"            {v}[{_index(oix('ij'))}] += {em.read(k, g, gix)}",
+                f"            {v}[{_index(oix('ij'))}] {symbol} {em.read(k, g, gix)}",
                 "        else:", "            err[0] = 1"]
     em.host.append(em.comment(node))
     em.host.append(f"{v} = {em.buffer(node)}")

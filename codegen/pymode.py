@@ -24,7 +24,8 @@ prange = range
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
 runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", None)
-                                   for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "copy", "slot")})
+                                   for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
+                                                "copy", "slot")})
 
 _IMPORTS = {
     "from numba import njit, prange": "from jitgraph.codegen.pymode import njit, prange",

@@ -49,7 +49,7 @@ def matmul_batched(a, b, out):
 def _check_index(idx, n):
     for j in range(idx.shape[0]):
         if idx[j] < -n or idx[j] >= n:
-            raise IndexError("index out of bounds in gather/scatter_add")
+            raise IndexError("index out of bounds in gather/scatter_add/scatter_set")
 
 
 @njit(**_OPTS)
@@ -75,6 +75,19 @@ def scatter_add(g, idx, out):
             ij = idx[j] + n if idx[j] < 0 else idx[j]
             for q in range(g.shape[2]):
                 out[p, ij, q] += g[p, j, q]
+    return out
+
+
+@njit(**_OPTS)
+def scatter_set(v, idx, out):
+    """out[p, idx[j], q] = v[p, j, q] in order of j: of repeated indices the last one stays."""
+    n = out.shape[1]
+    _check_index(idx, n)
+    for p in range(v.shape[0]):
+        for j in range(idx.shape[0]):
+            ij = idx[j] + n if idx[j] < 0 else idx[j]
+            for q in range(v.shape[2]):
+                out[p, ij, q] = v[p, j, q]
     return out
 
 

@@ -305,6 +305,8 @@ def run_checks(graph, flat):
                 raise OverflowError(f"Python integer {v} out of bounds for {info}")
         elif kind == "nonnegative" and v < 0:
             raise ValueError("Integers to negative integer powers are not allowed.")
+        elif kind == "index" and not -info[0] <= v < info[0]:
+            raise IndexError(f"index {v} is out of bounds for axis {info[1]} with size {info[0]}")
     return flat[:n]
 
 

@@ -69,7 +69,7 @@ def innermost(values):
 
 
 class _Argument:
-    """The `_base` of a function argument's Tensor: arguments are read-only (see numpy_api.assign)."""
+    """The `_view` of a function argument's Tensor: arguments are read-only (see numpy_api.assign)."""
 
     def __repr__(self):
         return "ARGUMENT"
@@ -77,9 +77,24 @@ class _Argument:
 
 ARGUMENT = _Argument()
 
-# primitives whose NumPy counterparts return views of their operand (reshape, transpose, basic
-# slicing, broadcast_to): their results remember it (`_base`), for in-place updates
-VIEW_OPS = frozenset({"reshape", "transpose", "slice", "broadcast"})
+
+class View:
+    """What a Tensor that NumPy would make a view (x[1:], x.reshape(...), x.T) is a view of.
+
+    `derive(base)` computes the view's value from the base's, `write(base, value)` the base's
+    value after the view is set to `value` (None: a read-only view, like a broadcast). `seen`
+    is the base's node the view was derived from: when an in-place update has given the base
+    another node since, the view derives its value again, so it reads what NumPy's shared
+    memory would; updating the view in place updates its base (numpy_api.write_into)."""
+
+    __slots__ = ("base", "derive", "write", "seen", "contiguous")
+
+    def __init__(self, base, derive, write, contiguous=True):
+        self.base, self.derive, self.write = base, derive, write
+        self.seen = base.node
+        # whether NumPy's view would be C-contiguous (a reshape of it is a view too)
+        self.contiguous = contiguous and (base._view is None or base._view is ARGUMENT
+                                          or base._view.contiguous)
 
 
 def bind(op, *args, **params):
@@ -87,10 +102,7 @@ def bind(op, *args, **params):
     top = innermost(args)
     if top is None:
         return PRIMS[op].impl(*args, **params)
-    out = top.process(op, args, params)
-    if op in VIEW_OPS and isinstance(args[0], Tensor):
-        out._base = args[0]
-    return out
+    return top.process(op, args, params)
 
 
 class GraphTrace(Trace):
@@ -187,7 +199,14 @@ class EagerTrace(Trace):
         return EagerBox(self, node, value, weak, ARGUMENT)
 
     def lift(self, x):
-        return x
+        """A raw value as a constant on the tape (a Tensor, so NumPy code writing into an array
+        made from it, np.zeros_like(x) say, records the writes)."""
+        if isinstance(x, Tensor):
+            return x
+        value = np.asarray(x)
+        node = Node("const", (), {}, value.shape, _dtype_of(x), value=value)
+        self.values[node.id] = value
+        return EagerBox(self, node, value, _is_python_scalar(x))
 
     def process(self, op, args, params):
         nodes, vals = [], []
@@ -273,8 +292,24 @@ class Tensor:
     """
 
     __array_priority__ = 1000
-    __slots__ = ("_trace", "node", "weak", "_base")
+    __slots__ = ("_trace", "_node", "weak", "_view")
     __hash__ = object.__hash__
+
+    @property
+    def node(self):
+        """The graph node (or tape node) holding this value."""
+        view = self._view
+        if view is not None and view is not ARGUMENT:
+            base = view.base.node          # (a view of a view refreshes its base first)
+            if base is not view.seen:
+                # the base was updated in place since this view was derived: derive it again
+                view.seen = base
+                self.set_node(view.derive(view.base)._node)
+        return self._node
+
+    def set_node(self, node):
+        """This Tensor now holds `node` (an in-place update; names bound to it see it)."""
+        self._node = node
 
     @property
     def shape(self):
@@ -533,7 +568,8 @@ class Tensor:
         return np.ravel(self, order)
 
     def flatten(self, order="C"):
-        return np.ravel(self, order)
+        """A copy flattened to one dimension (np.ravel gives a view)."""
+        return np.ravel(self, order).copy()
 
     def dot(self, b, out=None):
         return np.dot(self, b, out)
@@ -627,15 +663,12 @@ class Tracer(Tensor):
 
     __slots__ = ()
 
-    def __init__(self, trace, node, weak=False, base=None):
-        self._trace, self.node, self.weak, self._base = trace, node, weak, base
+    def __init__(self, trace, node, weak=False, view=None):
+        self._trace, self._node, self.weak, self._view = trace, node, weak, view
 
-    def rebind(self, node, base=None):
+    def rebind(self, node):
         """A new Tensor of this trace holding `node`."""
-        return Tracer(self._trace, node, self.weak, base)
-
-    def set_node(self, node, value=None):
-        self.node = node
+        return Tracer(self._trace, node, self.weak)
 
     def _concrete(self, what):
         raise TracingError(
@@ -686,16 +719,23 @@ class Tracer(Tensor):
 class EagerBox(Tensor):
     """A concrete value on an eager tape. Python control flow on it works."""
 
-    __slots__ = ("value",)
+    __slots__ = ("_value",)
 
-    def __init__(self, trace, node, value, weak=False, base=None):
-        self._trace, self.node, self.value, self.weak, self._base = trace, node, value, weak, base
+    def __init__(self, trace, node, value, weak=False, view=None):
+        self._trace, self._node, self._value, self.weak, self._view = trace, node, value, weak, view
 
-    def rebind(self, node, base=None):
-        return EagerBox(self._trace, node, self._trace.values[node.id], self.weak, base)
+    @property
+    def value(self):
+        """The concrete value (a view updated through its base reads the new value)."""
+        if self._view is not None:
+            self.node          # derives the value again if its base was updated since
+        return self._value
 
-    def set_node(self, node, value=None):
-        self.node, self.value = node, self._trace.values[node.id]
+    def rebind(self, node):
+        return EagerBox(self._trace, node, self._trace.values[node.id], self.weak)
+
+    def set_node(self, node):
+        self._node, self._value = node, self._trace.values[node.id]
 
     def __bool__(self):
         return bool(self.value)

@@ -13,13 +13,12 @@ The op families in `ops/` register the NumPy functions they implement
 protocol calls (`__array_ufunc__`, `__array_function__`) through those tables.
 """
 import builtins
-import sys
 
 import numpy as np
 
-from .core import ARGUMENT, GraphTrace, Tensor, bind, innermost
+from .core import ARGUMENT, GraphTrace, Tensor, View, bind, innermost
 from .errors import NotSupportedError, ShapeError, where
-from .ops.registry import FUNCTIONS, UFUNCS, method
+from .ops.registry import FUNCTIONS, METHODS, UFUNCS, method
 from .values import check_array_type, check_dtype
 
 
@@ -164,7 +163,8 @@ def elementwise(op, *xs, dtype=None, float_result=False):
 
 def no_out(out, name):
     if out is not None:
-        raise NotSupportedError(f"{name}(..., out=...) is not supported: traced values are immutable{where()}")
+        raise NotSupportedError(f"{name} with a positional out argument is not supported; pass "
+                                f"out= by keyword{where()}")
 
 
 # ---- axes -------------------------------------------------------------------------------
@@ -245,47 +245,32 @@ def swapaxes(x, axis1, axis2):
 
 @method("astype")
 def astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
-    return cast(x, dtype)
+    r = cast(x, dtype)
+    return r.rebind(r.node) if r is x and copy else r
 
 
-class _Probe:
-    __slots__ = ("_base",)
+def view_of(result, base, derive, write=None, contiguous=True):
+    """Mark `result` (computed from `base` by a function NumPy answers with a view) as that view:
+    `derive(base)` recomputes it, `write(base, value)` is base with the view set to `value`
+    (None: read-only, like a broadcast); `contiguous`: whether NumPy's view is C-contiguous when
+    its base is. See core.View."""
+    if isinstance(result, Tensor) and isinstance(base, Tensor) and result is not base:
+        result._view = View(base, derive, write, contiguous)
+    return result
 
 
-def _base_refs(view):
-    """sys.getrefcount of a view's base, with the statements `assign` runs."""
-    base = view._base
-    return sys.getrefcount(base)
-
-
-def _free_base_refs():
-    probe = _Probe()
-    probe._base = _Probe()
-    return _base_refs(probe)
-
-
-_FREE_BASE = _free_base_refs()     # a base no name refers to, only its view
-
-
-def _view_chain(x):
-    """("argument" | "shared" | None): what x views through its chain of views: a function
-    argument, an array some name refers to, or nothing anyone else sees."""
-    view = x
-    while view._base is not None:
-        if view._base is ARGUMENT or view._base._base is ARGUMENT:
-            return "argument"
-        if _base_refs(view) > _FREE_BASE:
-            return "shared"
-        view = view._base
-    return None
+def is_contiguous(x):
+    """Would NumPy's array for x be C-contiguous (x is no transposed or strided view)?"""
+    view = x._view if isinstance(x, Tensor) else None
+    return view is None or view is ARGUMENT or view.contiguous
 
 
 @method("assign")
 def assign(x, new, symbol):
-    """`x <symbol>= other` with `new` the result of `x <symbol> other`: NumPy's rules for an
-    output operand, then x takes the new value. Every name bound to x sees it (x is one
-    object); an array x is a view of (x[...], a reshape, a transpose) must not have other
-    names, and function arguments are read-only."""
+    """`x <symbol> ...` in place, with `new` the value x takes: NumPy's rules for an output
+    operand (same shape, same-kind casting), then x takes the new value. Every name bound to x
+    sees it (x is one object), and so does every array x is a view of, and every view of those
+    (they derive their value again); function arguments are read-only."""
     new = as_operand(new)
     if tuple(shape_of(new)) != x.shape:
         raise ValueError(f"non-broadcastable output operand with shape {x.shape} doesn't match the "
@@ -295,23 +280,31 @@ def assign(x, new, symbol):
             raise TypeError(f"Cannot cast ufunc output from dtype('{new.dtype}') to dtype('{x.dtype}') "
                             f"with casting rule 'same_kind' (in {symbol}){where()}")
         new = cast(new, x.dtype)
+    write_into(x, new, symbol)
+
+
+def write_into(x, new, symbol):
+    """x takes the value `new` (same shape and dtype), and so does what x is a view of."""
     if not isinstance(new, Tensor) or new._trace is not x._trace:
         raise NotSupportedError(f"{symbol} on a value of an enclosing trace is not supported; "
                                 f"write x = x ... instead{where()}")
-    if x.node.op == "broadcast" and x._base is not None:
-        raise ValueError(f"output array is read-only (a broadcast view){where()}")
-    seen = _view_chain(x)
-    if seen == "argument":
+    chain, view = [x], x._view
+    while view is not None and view is not ARGUMENT:
+        if view.write is None:
+            raise ValueError(f"assignment destination is read-only (a broadcast view){where()}")
+        chain.append(view.base)
+        view = view.base._view
+    if view is ARGUMENT:
         raise NotSupportedError(
-            f"{symbol} updates a function argument in place: a traced function cannot change its "
-            f"caller's array; write x = x ... (a new array) instead{where()}")
-    if seen == "shared":
-        raise NotSupportedError(
-                f"{symbol} on a view (x[...], a reshape or a transpose) of an array other names refer "
-                f"to is not supported: NumPy would update that array too. Update a copy "
-                f"(y = x[...].copy()) or assign into the array (x[...] = ...){where()}")
-    x.set_node(new.node)
-    x._base = None
+            f"{symbol} updates a function argument (or a view of one) in place: a traced function "
+            f"cannot change its caller's array; update a copy (y = x.copy()) instead{where()}")
+    values = [new]
+    for t in chain[:-1]:       # the new value of each base, from the view's new value
+        values.append(t._view.write(t._view.base, values[-1]))
+    for t, v in zip(chain, values):
+        t.set_node(v.node)
+    for t in chain[:-1]:
+        t._view.seen = t._view.base._node
 
 
 def full_like(x, fill_value, dtype=None):
@@ -343,24 +336,68 @@ def np_name(obj):
 UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
 
 
+def _write_out(out, result, name):
+    """NumPy's `out=`: the result lands in the array `out` (a traced one), which is returned."""
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise NotSupportedError(f"{name} with several out= arrays is not supported{where()}")
+        out = out[0]
+    if not isinstance(out, Tensor):
+        raise NotSupportedError(f"{name}(..., out=a) with a NumPy array a is not supported: a traced "
+                                f"function cannot write into an array outside the trace{where()}")
+    assign(out, result, f"{name}(..., out=)")
+    return out
+
+
+# functions whose NumPy result is a view of their argument; any other function returning its
+# argument unchanged (np.concatenate of one array, x.astype of its own dtype) returns a copy
+VIEW_FUNCTIONS = frozenset(
+    getattr(np, name) for name in ("reshape", "ravel", "transpose", "swapaxes", "moveaxis", "rollaxis",
+                                   "squeeze", "expand_dims", "atleast_1d", "atleast_2d", "atleast_3d",
+                                   "broadcast_to", "asarray", "asanyarray", "ascontiguousarray", "real",
+                                   "matrix_transpose", "permute_dims")
+    if hasattr(np, name))
+
+
+def _fresh(result, args):
+    """`result` of a function whose NumPy result is a new array: a copy where it is one of the
+    arrays in `args`, and no longer a view where it was computed as one."""
+    if isinstance(result, (tuple, list)):
+        return type(result)(_fresh(r, args) for r in result)
+    if not isinstance(result, Tensor):
+        return result
+    given = [a for arg in args for a in (arg if isinstance(arg, (tuple, list)) else (arg,))]
+    if builtins.any(result is a for a in given):
+        return result.rebind(result.node)
+    if result._view is not None and result._view is not ARGUMENT:
+        result.node             # (up to date) and detached: a copy from here on
+        result._view = None
+    return result
+
+
 @method("__array_ufunc__")
 def apply_ufunc(ufunc, how, inputs, kwargs):
     name = f"np.{ufunc.__name__}"
-    if kwargs.get("out") is not None:
-        no_out(kwargs["out"], name)
+    out = kwargs.get("out")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    if how == "at":
+        return METHODS["ufunc_at"](ufunc, *inputs)
     if how == "reduce" and ufunc in UFUNC_REDUCE:
-        return FUNCTIONS[UFUNC_REDUCE[ufunc]](*inputs, **kwargs)
-    if how != "__call__":
+        r = FUNCTIONS[UFUNC_REDUCE[ufunc]](*inputs, **kwargs)
+    elif how != "__call__":
         raise NotSupportedError(f"{name}.{how} is not supported{where()}")
-    fn = UFUNCS.get(ufunc)
-    if fn is None:
-        raise NotSupportedError(f"{name} is not supported{where()}")
-    dtype = kwargs.pop("dtype", None)
-    if kwargs:
-        raise NotSupportedError(f"{name} with arguments {sorted(kwargs)} is not supported{where()}")
-    r = fn(*inputs)
-    return cast(r, dtype) if dtype is not None else r
+    else:
+        fn = UFUNCS.get(ufunc)
+        if fn is None:
+            raise NotSupportedError(f"{name} is not supported{where()}")
+        dtype = kwargs.pop("dtype", None)
+        if kwargs:
+            raise NotSupportedError(f"{name} with arguments {sorted(kwargs)} is not supported{where()}")
+        r = fn(*inputs)
+        r = cast(r, dtype) if dtype is not None else r
+    if out is not None:
+        return _write_out(out, r, name)
+    return _fresh(r, inputs)
 
 
 @method("__array_function__")
@@ -368,4 +405,8 @@ def apply_function(func, args, kwargs):
     fn = FUNCTIONS.get(func)
     if fn is None:
         raise NotSupportedError(f"{np_name(func)} is not supported{where()}")
-    return fn(*args, **kwargs)
+    out = kwargs.pop("out", None) if isinstance(kwargs.get("out"), (Tensor, tuple)) else None
+    r = fn(*args, **kwargs)
+    if out is not None:
+        return _write_out(out, r, np_name(func))
+    return r if func in VIEW_FUNCTIONS else _fresh(r, args)

@@ -16,7 +16,10 @@ semantics where plain ONNX operators leave them open:
   stay accurate near zero instead of cancelling;
 * `pad_slice` (the adjoint of strided slicing) is built from Pad, Reshape and
   Slice, `scatter_add` (the adjoint of gather) from ScatterElements with
-  `reduction="add"`, so repeated indices accumulate.
+  `reduction="add"`, so repeated indices accumulate;
+* item assignment: `update_slice` is a Where between the array and the padded
+  block, `scatter_set` a ScatterElements (with repeated indices ONNX leaves the
+  winner open; onnxruntime writes in order, so the last stays, as in NumPy).
 
 Control flow maps to ONNX subgraphs, converted recursively with the same
 mapping (so nested loops and gradients of loops export too):
@@ -422,13 +425,23 @@ def _slice(b, node, ins, out):
 
 @_emits("pad_slice")
 def _pad_slice(b, node, ins, out):
-    p = node.p
-    full = node.shape
-    xs = list(node.inputs[0].shape)
+    _padded(b, ins[0], node.inputs[0].shape, node.shape, node.p, node.dtype, out)
+
+
+@_emits("update_slice")
+def _update_slice(b, node, ins, out):
+    # where(the slice's positions, v padded out to x's shape, x)
+    vs = node.inputs[1].shape
+    padded = _padded(b, ins[1], vs, node.shape, node.p, node.dtype)
+    mask = _padded(b, b.fill(vs, 1, np.float32), vs, node.shape, node.p, np.float32)
+    b.op("Where", [b.cast(mask, np.float32, np.bool_), padded, ins[0]], out)
+
+
+def _padded(b, x, xs, full, p, dtype, out=None):
+    """Zeros of shape `full` with x (of shape xs) written into the slice p (starts, stops, steps)."""
+    xs = list(xs)
     if 0 in xs or 0 in full:        # nothing is written: all zeros
-        b.fill(full, 0, node.dtype, out)
-        return
-    x = ins[0]
+        return b.fill(full, 0, dtype, out)
     # 1. reverse the axes read with a negative step, so every axis is written in ascending order
     rev = [i for i, c in enumerate(p["steps"]) if c < 0 and xs[i] > 1]
     if rev:
@@ -454,9 +467,8 @@ def _pad_slice(b, node, ins, out):
     # 3. zero padding around the written block
     pads = lo + [f - h for f, h in zip(full, hi)]
     if any(pads):
-        b.op("Pad", [x, b.ints(pads)], out)
-    else:
-        b.op("Identity", [x], out)
+        return b.op("Pad", [x, b.ints(pads)], out)
+    return b.op("Identity", [x], out) if out is not None else x
 
 
 @_emits("concatenate")
@@ -475,29 +487,38 @@ def _gather(b, node, ins, out):
     b.op("Gather", [ins[0], _index(b, ins[1], node.inputs[1].dtype)], out, axis=int(node.p["axis"]))
 
 
-@_emits("scatter_add")
-def _scatter_add(b, node, ins, out):
-    if b.opset < 16:
-        raise NotSupportedError(f"ONNX export: scatter_add (the gradient of indexing) needs opset >= 16 "
-                                f"for ScatterElements(reduction='add'), got opset {b.opset}"
-                                f"")
-    g, idx = node.inputs
+@_emits("scatter_add", "scatter_set")
+def _scatter(b, node, ins, out):
+    if node.op == "scatter_add":
+        if b.opset < 16:
+            raise NotSupportedError(f"ONNX export: scatter_add (the gradient of indexing) needs opset "
+                                    f">= 16 for ScatterElements(reduction='add'), got opset {b.opset}")
+        (g, idx), (data, upd_in, idx_in), reduction = node.inputs, (None, ins[0], ins[1]), "add"
+    else:
+        # scatter_set(x, idx, v): of repeated indices ONNX leaves the winner unspecified
+        # (onnxruntime writes in order, the last one staying, as NumPy does)
+        (_, idx, g), (data, upd_in, idx_in), reduction = node.inputs, (ins[0], ins[2], ins[1]), "none"
     axis = int(node.p["axis"])
     k = idx.ndim
     count = idx.size
     if count == 0:
-        b.fill(node.shape, 0, node.dtype, out)
+        if data is None:
+            b.fill(node.shape, 0, node.dtype, out)
+        else:
+            b.op("Identity", [data], out)
         return
     # updates: g with the index dims flattened to one axis; indices: idx along that axis, the
     # same for every other position; repeated indices accumulate through reduction="add"
     upd_shape = list(g.shape[:axis]) + [count] + list(g.shape[axis + k:])
-    upd = ins[0] if list(g.shape) == upd_shape else b.op("Reshape", [ins[0], b.ints(upd_shape)])
+    upd = upd_in if list(g.shape) == upd_shape else b.op("Reshape", [upd_in, b.ints(upd_shape)])
     ind_shape = [1] * axis + [count] + [1] * (len(upd_shape) - axis - 1)
-    ind = b.op("Reshape", [_index(b, ins[1], idx.dtype), b.ints(ind_shape)])
+    ind = b.op("Reshape", [_index(b, idx_in, idx.dtype), b.ints(ind_shape)])
     if ind_shape != upd_shape:
         ind = b.op("Expand", [ind, b.ints(upd_shape)])
-    zeros = b.fill(node.shape, 0, node.dtype)
-    b.op("ScatterElements", [zeros, ind, upd], out, axis=axis, reduction="add")
+    if data is None:
+        data = b.fill(node.shape, 0, node.dtype)
+    attrs = {"reduction": reduction} if reduction != "none" else {}
+    b.op("ScatterElements", [data, ind, upd], out, axis=axis, **attrs)
 
 
 # ---- control flow -----------------------------------------------------------------------------
@@ -750,6 +771,14 @@ def graph_to_onnx(graph, input_names=None, output_names=None, opset=None, name=N
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise ValueError(f"opset must be between {MIN_OPSET} and {onnx.defs.onnx_opset_version()} "
                          f"(the installed onnx), got {opset}")
+    checks = graph.meta.get("checks")
+    if checks:
+        # the values jitgraph's run-time checks read (index bounds, Python int ranges) are extra
+        # outputs; a model has no way to raise, so they are left out (onnxruntime refuses an
+        # out-of-range Gather index itself)
+        meta = {k: v for k, v in graph.meta.items() if k != "checks"}
+        graph = Graph(graph.inputs, graph.outputs[:len(graph.outputs) - len(checks)],
+                      graph.adjoint_ids, meta)
     ir_names = graph.names()
     missing = _unmapped_nodes(graph)
     if missing:

@@ -258,11 +258,36 @@ def _updates_argument(x):
     return np.sum(x * x)
 
 
+def _updates_argument_view(x):
+    x[1:] = 0.0
+    return np.sum(x)
+
+
+def _updates_broadcast(x):
+    b = np.broadcast_to(x * 1.0, (2, 3))
+    b[0] = 1.0
+    return np.sum(b)
+
+
+@pytest.mark.parametrize("fn,error,match", [
+    (_updates_argument, jg.NotSupportedError, "updates a function argument"),
+    (_updates_argument_view, jg.NotSupportedError, "updates a function argument"),
+    (_updates_broadcast, ValueError, "read-only")])
+def test_in_place_updates_of_arguments_and_read_only_views_are_refused(fn, error, match):
+    for run in (jg.value_and_grad(fn), jg.jit_grad(fn)):
+        with pytest.raises(error, match=match):
+            run(np.arange(3.0))
+
+
 def _updates_shared_view(x):
     t = x * 2.0
     v = t[1:]
-    v += 1.0
-    return np.sum(t)
+    v += 1.0               # t sees it (a view)
+    r = t.reshape(3, 1)
+    r[0, 0] = -t[2]        # v sees it through t
+    c = t[[0, 2]]          # an index array makes a copy
+    c += 10.0
+    return np.sum(t * x) + np.sum(v ** 2) + np.sum(c)
 
 
 def _updates_temporary_view(x):
@@ -271,17 +296,37 @@ def _updates_temporary_view(x):
     return np.sum(v)
 
 
-@pytest.mark.parametrize("fn,match", [(_updates_argument, "updates a function argument"),
-                                      (_updates_shared_view, "view .* of an array other names refer to")])
-def test_in_place_updates_numpy_would_see_elsewhere_are_refused(fn, match):
+@pytest.mark.parametrize("fn", [_updates_shared_view, _updates_temporary_view])
+def test_in_place_updates_of_views_follow_numpy(fn):
+    x = np.arange(1.0, 4.0)
+    eps = 1e-6
+    fd = [(fn(x + eps * e) - fn(x - eps * e)) / (2 * eps) for e in np.eye(3)]
     for run in (jg.value_and_grad(fn), jg.jit_grad(fn)):
-        with pytest.raises(jg.NotSupportedError, match=match):
-            run(np.arange(3.0))
+        v, g = run(x)
+        assert v == pytest.approx(fn(x))
+        np.testing.assert_allclose(g, fd, atol=1e-6)
 
 
-def test_in_place_update_of_a_temporary_view_is_fine():
-    x = np.arange(3.0)
-    assert jg.jit_grad(_updates_temporary_view)(x)[0] == _updates_temporary_view(x)
+def test_indices_out_of_bounds_raise_index_error():
+    x = np.arange(12.0).reshape(3, 4)
+    f = jg.jit(lambda x, i, j: x[i, j])
+    np.testing.assert_array_equal(f(x, np.array([0, -1]), np.array([3, -4])), x[[0, -1], [3, -4]])
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        f(x, np.array([0, 1]), np.array([4, 0]))      # in range of the flattened array
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 0 with size 3"):
+        f(x, np.array([-4, 1]), np.array([0, 0]))
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 3"):
+        jg.jit(lambda x: x[[0, 3], [0, 0]])(x)
+
+
+def test_traced_slice_bounds_and_masks_say_what_to_write_instead():
+    x = np.arange(5.0)
+    with pytest.raises(jg.NotSupportedError, match=r"x\[i \+ np.arange\(n\)\]"):
+        jg.jit(lambda x, i: x[i:i + 2])(x, 1)
+    with pytest.raises(jg.NotSupportedError, match="np.where"):
+        jg.jit(lambda x: x[x > 1.0])(x)
+    with pytest.raises(jg.NotSupportedError, match="one value or one"):
+        jg.jit(lambda x, y: x.copy().__setitem__(x > 1.0, y))(x, np.ones(2))
 
 
 # ---- 9. pickling decorated functions ---------------------------------------------------------------------
@@ -408,7 +453,6 @@ def test_scan_body_returning_only_the_carry():
 
 # ---- 12. operations not supported yet name themselves and the line -------------------------------------
 @pytest.mark.parametrize("what,fn", [
-    ("item assignment", lambda x: x.__setitem__(0, 1.0)),
     ("ndarray.argpartition", lambda x: x.argpartition(1)),
     ("ndarray.resize", lambda x: x.resize(2)),
 ])

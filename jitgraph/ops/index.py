@@ -1,21 +1,31 @@
-"""Integer-array indexing: the `gather` primitive, its adjoint `scatter_add`, and `x[key]`.
+"""Indexing: x[key], x[key] = v, and the primitives they reduce to.
 
 `gather(x, idx, axis)` takes the slices of x along `axis` at the integer array
 idx (negative indices count from the end); `scatter_add(g, idx, axis, size)`
 adds them back into zeros, accumulating repeated indices, which makes the two
-each other's adjoints. `getitem` reduces any supported NumPy index (integers,
-slices, None, Ellipsis and one integer array) to `slice`, `reshape`, `gather`
-and `transpose` nodes.
+each other's adjoints. `scatter_set(x, idx, v, axis)` is x with those slices
+replaced by v (of repeated indices, the last write wins, as in NumPy).
+
+`getitem` reduces any NumPy index with a shape known when tracing (integers,
+slices, None, Ellipsis, integer arrays, boolean masks whose value is known) to
+`slice`, `reshape`, `transpose` and one `gather` (several index arrays index
+the flattened axes they address). Basic indexing gives a view: updating it in
+place updates the array it was taken from (`numpy_api.write_into`).
+`setitem` is `update_slice` for basic keys and `scatter_set` for advanced ones.
 """
 import builtins
 
 import numpy as np
 
-from ..core import Tensor, bind
+from ..core import EagerBox, Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import as_operand, cast, no_out, norm_axis, reshape, shape_of, transpose
+from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
+                         reshape, runtime_check, shape_of, transpose, view_of, write_into,
+                         zeros_like)
+from .elementwise import add, equal, less, multiply, where_
+from .reduce import amax, amin
 from .registry import implements, method, register
-from .shape import ravel
+from .shape import ravel, slice_dims
 
 
 # ---- primitives ---------------------------------------------------------------------------------
@@ -33,15 +43,18 @@ def _scatter_abs(g, idx, axis, size):
     return s[:axis] + (size,) + s[axis + k:], np.dtype(g[1])
 
 
+def _rows(a, axis, k):
+    """a (axis dims of an index of rank k at `axis`) as (index position, rest...)."""
+    a = np.asarray(a)
+    return np.moveaxis(a.reshape(a.shape[:axis] + (-1,) + a.shape[axis + k:]), axis, 0)
+
+
 def _scatter_impl(g, idx, axis, size):
     g = np.asarray(g)
     idx = np.asarray(idx)
-    k = idx.ndim
-    out_shape = g.shape[:axis] + (size,) + g.shape[axis + k:]
-    out = np.zeros(out_shape, dtype=g.dtype)
-    gm = np.moveaxis(g.reshape(g.shape[:axis] + (-1,) + g.shape[axis + k:]), axis, 0)
+    out = np.zeros(g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:], dtype=g.dtype)
     om = np.moveaxis(out, axis, 0)  # a view: writes land in `out`
-    np.add.at(om, np.where(idx < 0, idx + size, idx).reshape(-1), gm)
+    np.add.at(om, np.where(idx < 0, idx + size, idx).reshape(-1), _rows(g, axis, idx.ndim))
     return out
 
 
@@ -52,127 +65,320 @@ register("scatter_add", "index", _scatter_abs, _scatter_impl,
          (lambda g, out, u, idx, axis, size: bind("gather", g, idx, axis=axis), None))
 
 
-# ---- the NumPy front end ----------------------------------------------------------------------
-def _is_int_array(k):
+def _scatter_set_abs(x, idx, v, axis):
+    if not np.issubdtype(idx[1], np.integer):
+        raise ShapeError(f"scatter_set index must be integer, got {np.dtype(idx[1]).name}")
+    s = tuple(x[0])
+    want = s[:axis] + tuple(idx[0]) + s[axis + 1:]
+    if tuple(v[0]) != want or np.dtype(v[1]) != np.dtype(x[1]):
+        raise ShapeError(f"scatter_set: values {tuple(v[0])} {np.dtype(v[1]).name} do not fit "
+                         f"{want} {np.dtype(x[1]).name}")
+    return s, np.dtype(x[1])
+
+
+def _scatter_set_impl(x, idx, v, axis):
+    out = np.array(x, copy=True)
+    idx = np.asarray(idx)
+    # NumPy assigns in index order, so of repeated indices the last one's value stays
+    np.moveaxis(out, axis, 0)[idx.reshape(-1)] = _rows(v, axis, idx.ndim)
+    return out
+
+
+def _winners(idx, n):
+    """True where idx[j] is the last occurrence of its index: the write scatter_set keeps."""
+    flat = reshape(idx, (-1,))
+    order = np.arange(int(np.prod(idx.shape, dtype=np.int64)), dtype=np.int64)
+    none = np.full((n,), -1, dtype=np.int64)
+    last = bind("scatter_set", *lift([flat, none])[1:], flat, order, axis=0)
+    return reshape(equal(bind("gather", last, flat, axis=0), order), idx.shape)
+
+
+def _scatter_set_vjp_v(g, out, x, idx, v, axis):
+    gv = bind("gather", g, idx, axis=axis)
+    k, nd = len(idx.shape), len(gv.shape)
+    win = reshape(_winners(idx, x.shape[axis]), (1,) * axis + tuple(idx.shape) + (1,) * (nd - axis - k))
+    return where_(broadcast_to(win, gv.shape), gv, 0)
+
+
+# x with the slices at idx along `axis` set to v: item assignment with index arrays
+register("scatter_set", "index", _scatter_set_abs, _scatter_set_impl,
+         (lambda g, out, x, idx, v, axis: bind("scatter_set", g, idx, zeros_like(v, g.dtype), axis=axis),
+          None, _scatter_set_vjp_v))
+
+
+# ---- parsing an index ---------------------------------------------------------------------------
+_MASK_HELP = ("its result's shape depends on the data, which a compiled function must know when "
+              "it is traced; use np.where(mask, x, 0) with reductions (np.sum(np.where(mask, x, 0))), "
+              "or x[mask] = v written as x = np.where(mask, v, x)")
+
+
+class _Mask:
+    """A boolean mask in an index whose value is only known when the function runs."""
+    __slots__ = ("mask",)
+
+    def __init__(self, mask):
+        self.mask = mask
+
+
+def _known(t):
+    """The concrete value of a Tensor recorded eagerly (None for a traced one)."""
+    while isinstance(t, EagerBox):
+        t = t.value
+    return None if isinstance(t, Tensor) else np.asarray(t)
+
+
+def _index_array(k):
+    """An index item that is an array: ('arr', integer array) or a mask (ndarray or _Mask)."""
     if isinstance(k, Tensor):
-        return k.dtype.kind in "iu"
-    if isinstance(k, (list, np.ndarray)):
-        a = np.asarray(k)
-        return a.dtype.kind in "iu" or (a.size == 0 and a.dtype.kind == "f")
-    return False
+        if k.dtype == bool:
+            value = _known(k)
+            return _Mask(k) if value is None else value
+        if k.dtype.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer (or boolean) type, not "
+                             f"{k.dtype.name}{where()}")
+        # the kernels index with int64 (an unsigned index above its range is out of bounds)
+        return ("arr", cast(k, np.int64))
+    a = np.asarray(k) if not isinstance(k, list) or not builtins.any(isinstance(e, Tensor) for e in k) \
+        else None
+    if a is None or a.dtype == object:
+        t = as_operand(k)          # a list holding traced integers: stacked into one array
+        return _index_array(t)
+    if a.dtype == bool:
+        return a
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise IndexError(f"arrays used as indices must be of integer (or boolean) type, not "
+                         f"{a.dtype.name}{where()}")
+    if a.dtype.kind == "u":        # the kernels index with int64; larger values are out of range
+        if a.size and a.max() > np.iinfo(np.int64).max:
+            raise IndexError(f"index {a.max()} is out of bounds{where()}")
+        a = a.astype(np.int64)
+    return ("arr", a)
 
 
-def _is_bool_array(k):
-    if isinstance(k, Tensor):
-        return k.dtype == bool
-    if isinstance(k, (list, np.ndarray)):
-        return np.asarray(k).dtype == bool
-    return False
-
-
-@method("getitem")
-def getitem(x, key):
-    """x[key] for basic slicing, integers, None, Ellipsis and one integer index array."""
-    x = as_operand(x)
+def _parse(shape, key, masks_allowed=False):
+    """key as a list with one item per index position: None, a slice, an int, or ('arr', a)
+    (a: integer ndarray or Tensor); Ellipsis expanded, known masks turned into their
+    nonzero() arrays. A traced mask stays a `_Mask` if `masks_allowed`."""
     if not isinstance(key, tuple):
         key = (key,)
-    if builtins.any(_is_bool_array(k) for k in key):
-        raise NotSupportedError(
-            "boolean-mask indexing is not supported: its result shape depends on the data; "
-            f"use np.where(mask, x, 0) and reductions instead{where()}")
-    shape = tuple(shape_of(x))
-    n_real = len([k for k in key if k is not None and k is not Ellipsis])
-    if builtins.sum(k is Ellipsis for k in key) > 1:
-        raise ShapeError(f"an index can only have a single ellipsis ('...'){where()}")
-    if n_real > len(shape):
-        raise ShapeError(f"too many indices for array: array is {len(shape)}-dimensional, "
-                         f"but {n_real} were indexed{where()}")
-    if Ellipsis in [k for k in key if not _is_int_array(k) and not isinstance(k, Tensor)]:
-        i = [j for j, k in enumerate(key) if k is Ellipsis][0]
-        key = key[:i] + (slice(None),) * (len(shape) - n_real) + key[i + 1:]
-    else:
-        key = key + (slice(None),) * (len(shape) - n_real)
+    items = []
+    for k in key:
+        if k is None or k is Ellipsis:
+            items.append(k)
+        elif isinstance(k, slice):
+            if builtins.any(isinstance(e, Tensor) for e in (k.start, k.stop, k.step)):
+                raise NotSupportedError(
+                    "a slice with traced bounds (x[i:i + n] with i traced) has a length known only "
+                    f"when the function runs; index with x[i + np.arange(n)] instead{where()}")
+            items.append(k)
+        elif isinstance(k, (bool, np.bool_)):
+            raise NotSupportedError(f"a boolean scalar as an index (x[True]) is not supported{where()}")
+        elif isinstance(k, (int, np.integer)):
+            items.append(int(k))
+        elif isinstance(k, (Tensor, list, tuple, np.ndarray)):
+            items.append(_index_array(k))
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) "
+                             f"and integer or boolean arrays are valid indices, not "
+                             f"{type(k).__name__}{where()}")
+    if builtins.sum(k is Ellipsis for k in items) > 1:
+        raise IndexError(f"an index can only have a single ellipsis ('...'){where()}")
 
-    starts, stops, steps = [], [], []
-    out_dims = []          # description of result dims: ('dim', d) / ('new',) / ('arr',)
-    arrays = []            # (position among x's dims, index array)
-    adv_positions = []     # key positions of integer-like (advanced) items
-    int_dims = []          # dims of x indexed by a plain integer (dropped from the result)
+    def width(k):
+        if k is None or k is Ellipsis:
+            return 0
+        if isinstance(k, np.ndarray):
+            return builtins.max(k.ndim, 1)
+        if isinstance(k, _Mask):
+            return builtins.max(len(k.mask.shape), 1)
+        return 1
+    n_real = builtins.sum(width(k) for k in items)
+    if n_real > len(shape):
+        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but "
+                         f"{n_real} were indexed{where()}")
+    fill = [slice(None)] * (len(shape) - n_real)
+    if Ellipsis in [k for k in items if not isinstance(k, (tuple, np.ndarray, _Mask))]:
+        i = [j for j, k in enumerate(items) if k is Ellipsis][0]
+        items = items[:i] + fill + items[i + 1:]
+    else:
+        items = items + fill
+
+    out, dim = [], 0
+    for k in items:
+        if isinstance(k, _Mask):
+            if not masks_allowed:
+                raise NotSupportedError(f"indexing with a traced boolean mask is not supported: "
+                                        f"{_MASK_HELP}{where()}")
+            out.append(k)
+        elif isinstance(k, np.ndarray):      # a known mask: the positions it selects
+            m = builtins.max(k.ndim, 1)
+            if k.ndim == 0:
+                raise NotSupportedError(f"a 0-d boolean mask as an index is not supported{where()}")
+            for j, n in enumerate(k.shape):
+                if n != shape[dim + j]:
+                    raise IndexError(f"boolean index did not match indexed array along axis "
+                                     f"{dim + j}; size of axis is {shape[dim + j]} but size of "
+                                     f"corresponding boolean axis is {n}{where()}")
+            out += [("arr", a.astype(np.int64)) for a in np.nonzero(k)]
+            dim += m
+            continue
+        else:
+            out.append(k)
+        dim += width(k)
+    return out
+
+
+def _int_bounds(i, n, dim):
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}{where()}")
+    return i % n
+
+
+# ---- x[key] -------------------------------------------------------------------------------------
+@method("getitem")
+def getitem(x, key):
+    """x[key]: basic indexing (a view), integer arrays and known boolean masks (a copy)."""
+    x = as_operand(x)
+    return _getitem(x, _parse(tuple(shape_of(x)), key))
+
+
+def _basic_params(shape, items):
+    """starts, stops, steps of the slice a basic index takes (an integer takes one element),
+    the dims integers index, and the index's result shape."""
+    starts, stops, steps, int_dims, result = [], [], [], [], []
     dim = 0
-    for pos, k in enumerate(key):
+    for k in items:
         if k is None:
-            out_dims.append(("new",))
+            result.append(1)
             continue
         n = shape[dim]
         if isinstance(k, slice):
             a, b, c = k.indices(n)
             starts.append(a), stops.append(b), steps.append(c)
-            out_dims.append(("dim", dim))
-        elif _is_int_array(k):
-            starts.append(0), stops.append(n), steps.append(1)
-            arrays.append((dim, k))
-            adv_positions.append(pos)
-            out_dims.append(("arr", dim))
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            i = int(k)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}{where()}")
-            i %= n
+            result.append(len(range(a, b, c)))
+        elif isinstance(k, int):
+            i = _int_bounds(k, n, dim)
             starts.append(i), stops.append(i + 1), steps.append(1)
             int_dims.append(dim)
-            adv_positions.append(pos)
-        else:
-            raise NotSupportedError(f"index {k!r} of type {type(k).__name__} is not supported{where()}")
+        else:          # an index array: the whole axis, gathered from afterwards
+            starts.append(0), stops.append(n), steps.append(1)
         dim += 1
-    if len(arrays) > 1:
-        raise NotSupportedError(
-            f"indexing with more than one integer array is not supported; index one axis at a time"
-            f"{where()}")
+    return tuple(starts), tuple(stops), tuple(steps), int_dims, tuple(result)
 
-    if not isinstance(x, Tensor) and not (arrays and isinstance(arrays[0][1], Tensor)):
-        return np.asarray(x)[key]
+
+def _is_array(k):
+    return isinstance(k, tuple)
+
+
+def _getitem(x, items):
+    shape = tuple(shape_of(x))
+    arrays = [k[1] for k in items if _is_array(k)]
+    if not isinstance(x, Tensor) and not builtins.any(isinstance(a, Tensor) for a in arrays):
+        return np.asarray(x)[tuple(k[1] if _is_array(k) else k for k in items)]
+    starts, stops, steps, int_dims, _ = _basic_params(shape, items)
     y = x
-    if (tuple(starts), tuple(stops), tuple(steps)) != (tuple([0] * len(shape)), shape, tuple([1] * len(shape))):
-        y = bind("slice", x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps)) \
-            if isinstance(x, Tensor) else np.asarray(x)[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))]
+    if (starts, stops, steps) != ((0,) * len(shape), shape, (1,) * len(shape)):
+        y = bind("slice", x, starts=starts, stops=stops, steps=steps) if isinstance(x, Tensor) \
+            else np.asarray(x)[tuple(slice(a, b if b >= 0 else None, c) for a, b, c in zip(starts, stops, steps))]
     if int_dims:
         y = reshape(y, [s for d, s in enumerate(shape_of(y)) if d not in int_dims])
-    kept = [d for d in range(len(shape)) if d not in int_dims]
     if arrays:
-        adim, idx = arrays[0]
-        axis = kept.index(adim)
-        idx = idx if isinstance(idx, Tensor) else np.asarray(idx)
-        if idx.dtype.kind == "u":       # indices are int64 in the kernels; larger ones are out of range
-            if not isinstance(idx, Tensor) and idx.size and idx.max() > np.iinfo(np.int64).max:
-                raise IndexError(f"index {idx.max()} is out of bounds for axis {adim} with size "
-                                 f"{shape[adim]}{where()}")
-            idx = cast(idx, np.int64)
-        idx_shape = tuple(shape_of(idx))
-        y = bind("gather", y, idx, axis=axis)
-        contiguous = adv_positions == list(range(adv_positions[0], adv_positions[-1] + 1))
-        if not contiguous and axis != 0:
-            nd = len(shape_of(y))
-            k = len(idx_shape)
-            perm = list(range(axis, axis + k)) + [i for i in range(nd) if not axis <= i < axis + k]
-            y = transpose(y, perm)
-            out_dims = [("arr",)] + [o for o in out_dims if o[0] != "arr"]
-    if builtins.any(o[0] == "new" for o in out_dims):
-        # insert the None axes: walk out_dims against the current shape
+        y = _advanced(y, items)
+    elif builtins.any(k is None for k in items):
+        y = reshape(y, _basic_params(shape, items)[4])
+    if arrays or not isinstance(x, Tensor):
+        return y
+    if y is x:
+        y = x.rebind(x.node)
+    return view_of(y, x, lambda base: _getitem(base, items), lambda base, v: _set_basic(base, items, v),
+                   _contiguous(shape, starts, stops, steps))
+
+
+def _contiguous(shape, starts, stops, steps):
+    """Is the strided slice of a C-ordered array of `shape` C-contiguous itself?"""
+    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
+    sizes = slice_dims(starts, stops, steps)
+    want = 1
+    for d in reversed(range(len(shape))):
+        if sizes[d] > 1 and strides[d] * steps[d] != want:
+            return False
+        want *= sizes[d]
+    return True
+
+
+def _advanced(y, items):
+    """Index y (x sliced, integer-indexed dims dropped) by the key's index arrays, and place
+    their broadcast dims as NumPy does: where the first one was if the arrays (and integers)
+    stand together in the key, else first."""
+    kept = [k for k in items if k is not None and not isinstance(k, int)]      # y's dims
+    axes = [d for d, k in enumerate(kept) if _is_array(k)]
+    arrays = [k[1] for k in items if _is_array(k)]
+    ys = list(shape_of(y))
+    if len(arrays) == 1:
+        bshape = tuple(shape_of(arrays[0]))
+        y = bind("gather", y, arrays[0], axis=axes[0])
+        at = axes[0]                  # where gather put the index dims
+    else:
+        # several arrays index the axes they address flattened into one, at the position
+        # sum_i idx_i * stride_i (each idx_i bounds-checked on its own axis)
+        bshape = broadcast_shapes(*[shape_of(a) for a in arrays])
+        flat, stride = None, 1
+        for d, idx in reversed(list(zip(axes, arrays))):
+            term = _normalized(idx, ys[d], d)
+            term = multiply(term, stride) if stride != 1 else term
+            flat = term if flat is None else add(flat, term)
+            stride *= ys[d]
+        rest = [d for d in range(len(ys)) if d not in axes]
+        y = reshape(transpose(y, axes + rest), (stride,) + tuple(ys[d] for d in rest))
+        y = bind("gather", *lift([y, broadcast_to(flat, bshape)]), axis=0)
+        at = 0
+    positions = [i for i, k in enumerate(items) if _is_array(k) or isinstance(k, int)]
+    together = positions == list(range(positions[0], positions[-1] + 1))
+    to = axes[0] if together else 0
+    nb, nd = len(bshape), len(shape_of(y))
+    if at != to:
+        others = [i for i in range(nd) if not at <= i < at + nb]
+        y = transpose(y, others[:to] + list(range(at, at + nb)) + others[to:])
+    if builtins.any(k is None for k in items):
         cur = list(shape_of(y))
-        new_shape, j = [], 0
-        for o in out_dims:
-            if o[0] == "new":
-                new_shape.append(1)
-            elif o[0] == "arr":
-                k = len(shape_of(arrays[0][1]))
-                new_shape.extend(cur[j:j + k])
-                j += k
+        out, j, placed = [], 0, False
+        if not together:
+            out, j, placed = cur[:nb], nb, True
+        for k in items:
+            if isinstance(k, int):
+                continue
+            if k is None:
+                out.append(1)
+            elif _is_array(k):
+                if not placed:
+                    out += cur[j:j + nb]
+                    j += nb
+                    placed = True
             else:
-                new_shape.append(cur[j])
+                out.append(cur[j])
                 j += 1
-        new_shape.extend(cur[j:])
-        y = reshape(y, new_shape)
+        y = reshape(y, out + cur[j:])
     return y
+
+
+def _normalized(idx, n, dim):
+    """Index array idx for an axis of size n with negative entries counted from the end, and
+    its bounds checked (now if it is known, else when the function runs)."""
+    if not isinstance(idx, Tensor) or _known(idx) is not None:
+        a = np.asarray(_known(idx) if isinstance(idx, Tensor) else idx)
+        bad = (a < -n) | (a >= n)
+        if bad.any():
+            raise IndexError(f"index {a[bad].reshape(-1)[0]} is out of bounds for axis {dim} with "
+                             f"size {n}{where()}")
+        if not isinstance(idx, Tensor):
+            return np.where(a < 0, a + n, a).astype(np.int64)
+    idx = cast(idx, np.int64)
+    if int(np.prod(idx.shape, dtype=np.int64)):
+        runtime_check(amax(idx), "index", (n, dim))
+        runtime_check(amin(idx), "index", (n, dim))
+    return where_(less(idx, 0), add(idx, n), idx)
 
 
 @implements(np.take)
@@ -183,3 +389,201 @@ def take(a, indices, axis=None, out=None, mode=None):
     nd = len(shape_of(a))
     axis = norm_axis(axis, nd)
     return getitem(a, (slice(None),) * axis + (indices,))
+
+
+# ---- x[key] = v ---------------------------------------------------------------------------------
+@method("setitem")
+def setitem(x, key, value):
+    """x[key] = value: the array (and what it is a view of, and its views) takes the new value."""
+    items = _parse(x.shape, key, masks_allowed=True)
+    masks = [k for k in items if isinstance(k, _Mask)]
+    if masks:
+        new = _set_masked(x, items, masks, value)
+    elif builtins.any(_is_array(k) for k in items):
+        new = _set_advanced(x, items, value)
+    else:
+        new = _set_basic(x, items, value)
+    write_into(x, new, "x[...] = v")
+
+
+def _fit(value, shape, dtype):
+    """value cast to dtype (as NumPy's item assignment does, unsafe casts included) and
+    broadcast to shape; leading length-1 dims beyond shape are dropped, as NumPy does."""
+    v = as_operand(value)
+    vs = tuple(shape_of(v))
+    if len(vs) > len(shape):
+        if builtins.any(d != 1 for d in vs[:len(vs) - len(shape)]):
+            raise ValueError(f"could not broadcast input array from shape {vs} into shape "
+                             f"{tuple(shape)}{where()}")
+        v = reshape(v, vs[len(vs) - len(shape):])
+    try:
+        np.broadcast_shapes(tuple(shape_of(v)), tuple(shape))
+    except ValueError:
+        raise ValueError(f"could not broadcast input array from shape {vs} into shape "
+                         f"{tuple(shape)}{where()}") from None
+    if np.dtype(v.dtype).kind == "c" and np.dtype(dtype).kind != "c":
+        raise TypeError(f"cannot assign complex values to a {np.dtype(dtype).name} array{where()}")
+    return broadcast_to(cast(v, dtype), tuple(np.broadcast_shapes(tuple(shape_of(v)), tuple(shape))))
+
+
+def _set_basic(x, items, value):
+    """x with x[items] (a basic index) set to value, as a new value."""
+    shape = tuple(x.shape)
+    starts, stops, steps, _, result = _basic_params(shape, items)
+    v = _fit(value, result, x.dtype)
+    if tuple(shape_of(v)) != result:
+        raise ValueError(f"could not broadcast input array from shape {tuple(shape_of(v))} into shape "
+                         f"{result}{where()}")
+    v = reshape(v, slice_dims(starts, stops, steps))
+    if (starts, stops, steps) == ((0,) * len(shape), shape, (1,) * len(shape)):
+        return lift([x, v])[1]
+    return bind("update_slice", *lift([x, v]), starts=starts, stops=stops, steps=steps)
+
+
+def _set_advanced(x, items, value):
+    shape = tuple(x.shape)
+    arrays = [(d, k[1]) for d, k in enumerate(items) if _is_array(k)]
+    if len(arrays) == 1 and builtins.all(
+            _is_array(k) or (isinstance(k, slice) and k.indices(shape[d]) == (0, shape[d], 1))
+            for d, k in enumerate(items)):
+        # x[..., idx, ...] = v with whole slices elsewhere: the slices at idx along one axis
+        axis, idx = arrays[0]
+        idx = cast(idx, np.int64)
+        v = _fit(value, shape[:axis] + tuple(shape_of(idx)) + shape[axis + 1:], x.dtype)
+        return bind("scatter_set", *lift([x, idx, v]), axis=axis)
+    # any other index: the flat positions it selects, from an array of positions
+    positions = _getitem(np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape),
+                         items)
+    v = _fit(value, tuple(shape_of(positions)), x.dtype)
+    flat = bind("scatter_set", *lift([ravel(x), ravel(positions), ravel(v)]), axis=0)
+    return reshape(flat, shape)
+
+
+def _set_masked(x, items, masks, value):
+    """x[mask] = v for a mask known only when the function runs: np.where(mask, v, x), which
+    is NumPy's result when v is one value or one row for every selected position."""
+    mask = masks[0].mask
+    lead = [k for k in items if not (isinstance(k, slice) and k == slice(None))]
+    if len(masks) > 1 or len(lead) != 1 or not isinstance(items[0], _Mask):
+        raise NotSupportedError(f"a traced boolean mask in an index is supported only alone "
+                                f"(x[mask] = v): {_MASK_HELP}{where()}")
+    m, shape = len(mask.shape), tuple(x.shape)
+    if tuple(mask.shape) != shape[:m]:
+        raise IndexError(f"boolean index of shape {tuple(mask.shape)} does not match the indexed "
+                         f"array's shape {shape}{where()}")
+    v = as_operand(value)
+    row = shape[m:]
+    vs = tuple(shape_of(v))
+    try:
+        np.broadcast_shapes(vs, row)
+        fits = len(vs) <= len(row)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise NotSupportedError(f"x[mask] = v with a traced mask needs v to be one value or one "
+                                f"{row} row for every selected position (shape {vs} given), since how "
+                                f"many positions are selected is only known when the function runs; "
+                                f"{_MASK_HELP}{where()}")
+    mask = broadcast_to(reshape(mask, tuple(mask.shape) + (1,) * len(row)), shape)
+    return where_(mask, _fit(v, shape, x.dtype), x)
+
+
+# ---- in-place NumPy functions -------------------------------------------------------------------
+def _positions(x, key):
+    """The flat positions of x that x[key] selects (an integer array of x[key]'s shape)."""
+    shape = tuple(shape_of(x))
+    grid = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    return _getitem(grid, _parse(shape, key))
+
+
+def ufunc_at(ufunc, x, key, value=None):
+    """np.add.at(x, key, v) (and subtract): unbuffered, so repeated positions accumulate."""
+    if ufunc not in (np.add, np.subtract) or value is None:
+        raise NotSupportedError(f"np.{ufunc.__name__}.at is not supported (np.add.at and "
+                                f"np.subtract.at are){where()}")
+    if not isinstance(x, Tensor):
+        raise NotSupportedError(f"np.{ufunc.__name__}.at into a NumPy array from a traced value is not "
+                                f"supported: it would change an array outside the trace{where()}")
+    pos = _positions(x, key)
+    v = _fit(value, tuple(shape_of(pos)), x.dtype)
+    size = int(np.prod(x.shape, dtype=np.int64))
+    total = bind("scatter_add", *lift([ravel(v), ravel(pos)]), axis=0, size=size)
+    total = reshape(total, x.shape)
+    write_into(x, ufunc(x, total), f"np.{ufunc.__name__}.at")
+
+
+@implements(np.put)
+def put(a, ind, v, mode="raise"):
+    if mode != "raise":
+        raise NotSupportedError(f"np.put with mode={mode!r} is not supported{where()}")
+    _require_tensor(a, "np.put")
+    flat = ravel(a)
+    setitem(flat, (ind,), v)
+
+
+@implements(np.copyto)
+def copyto(dst, src, casting="same_kind", where=True):
+    _require_tensor(dst, "np.copyto")
+    src = as_operand(src)
+    if not np.can_cast(src.dtype, dst.dtype, casting):
+        raise TypeError(f"Cannot cast array data from dtype('{src.dtype}') to dtype('{dst.dtype}') "
+                        f"according to the rule '{casting}'{_where()}")
+    new = broadcast_to(cast(src, dst.dtype), dst.shape)
+    if where is not True:
+        new = where_(broadcast_to(as_operand(where), dst.shape), new, dst)
+    write_into(dst, lift([dst, new])[1], "np.copyto")
+
+
+_where = where
+
+
+@implements(np.fill_diagonal)
+def fill_diagonal(a, val, wrap=False):
+    _require_tensor(a, "np.fill_diagonal")
+    shape = a.shape
+    if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
+        raise ValueError("array must be at least 2-d and, above 2-d, have all dimensions equal")
+    if wrap and len(shape) == 2 and shape[0] > shape[1] + 1:
+        raise NotSupportedError(f"np.fill_diagonal with wrap=True is not supported{_where()}")
+    n = builtins.min(shape)
+    step = int(np.sum(np.cumprod((1,) + shape[:0:-1])))       # 1 + n1 + n1*n2 + ...
+    positions = np.arange(n, dtype=np.int64) * step
+    flat = ravel(a)
+    val = as_operand(val)
+    if len(shape_of(val)) and int(np.prod(shape_of(val))) != n:
+        val = np.resize(val, n) if not isinstance(val, Tensor) else val
+    setitem(flat, (positions,), ravel(val) if len(shape_of(val)) else val)
+
+
+@implements(np.put_along_axis)
+def put_along_axis(arr, indices, values, axis):
+    _require_tensor(arr, "np.put_along_axis")
+    nd = len(arr.shape)
+    if axis is None:
+        put(arr, indices, values)
+        return
+    axis = norm_axis(axis, nd)
+    if len(shape_of(indices)) != nd:
+        raise ValueError(f"`indices` and `arr` must have the same number of dimensions{_where()}")
+    key = []
+    for d in range(nd):
+        if d == axis:
+            key.append(indices)
+        else:
+            key.append(np.arange(arr.shape[d]).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1)))
+    setitem(arr, tuple(key), values)
+
+
+def _require_tensor(a, name):
+    if not isinstance(a, Tensor):
+        raise NotSupportedError(f"{name} writing into a NumPy array (not a traced one) is not supported: "
+                                f"it would change an array outside the trace{_where()}")
+
+
+def array_fill(x, value):
+    """ndarray.fill(value)."""
+    write_into(x, lift([x, broadcast_to(cast(as_operand(value), x.dtype), x.shape)])[1], "x.fill")
+
+
+method("fill")(array_fill)
+method("ufunc_at")(ufunc_at)

@@ -3,7 +3,8 @@
 `broadcast` is the one place broadcasting is differentiated: its adjoint sums
 over the axes it added or stretched, so no other rule repeats that logic.
 `slice` (basic strided slicing) and `pad_slice` (zeros with a slice written, its
-adjoint) are each other's adjoints.
+adjoint) are each other's adjoints; `update_slice` (an array with a slice
+written) is item assignment, `x[1:3] = v`.
 """
 import builtins
 
@@ -11,9 +12,9 @@ import numpy as np
 
 from ..core import Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import (as_operand, broadcast_to, cast, full_like, no_out, norm_axes, norm_axis,
-                         ones_like, reshape as _reshape, result_dtype, shape_of, swapaxes, transpose,
-                         zeros_like)
+from ..numpy_api import (as_operand, broadcast_to, cast, full_like, is_contiguous, no_out, norm_axes,
+                         norm_axis, ones_like, reshape as _reshape, result_dtype, shape_of, transpose,
+                         view_of, zeros_like)
 from .reduce import sum
 from .registry import implements, register
 
@@ -87,6 +88,24 @@ def _pad_impl(x, shape, starts, stops, steps):
     return out
 
 
+def _update_abs(x, v, starts, stops, steps):
+    if slice_dims(starts, stops, steps) != tuple(v[0]) or len(starts) != len(x[0]):
+        raise ShapeError(f"update_slice: {tuple(v[0])} does not fit the slice of {tuple(x[0])}")
+    if np.dtype(v[1]) != np.dtype(x[1]):
+        raise ShapeError(f"update_slice: dtypes {np.dtype(x[1]).name} and {np.dtype(v[1]).name} differ")
+    return tuple(x[0]), np.dtype(x[1])
+
+
+def _update_impl(x, v, starts, stops, steps):
+    out = np.array(x, copy=True)
+    out[slices(starts, stops, steps)] = v
+    return out
+
+
+def _update_vjp_x(g, out, x, v, starts, stops, steps):
+    return bind("update_slice", g, zeros_like(v, g.dtype), starts=starts, stops=stops, steps=steps)
+
+
 register("slice", "shape", _slice_abs,
          lambda x, starts, stops, steps: np.asarray(x)[slices(starts, stops, steps)],
          (lambda g, out, x, starts, stops, steps: bind(
@@ -95,6 +114,13 @@ register("slice", "shape", _slice_abs,
 register("pad_slice", "shape", _pad_abs, _pad_impl,
          (lambda g, out, x, shape, starts, stops, steps: bind(
              "slice", g, starts=starts, stops=stops, steps=steps),))
+
+
+# x with the slice set to v (x[1:3, ::2] = v): item assignment and the write-back of views
+register("update_slice", "shape", _update_abs, _update_impl,
+         (_update_vjp_x,
+          lambda g, out, x, v, starts, stops, steps: bind(
+              "slice", g, starts=starts, stops=stops, steps=steps)))
 
 
 def _concat_abs(*xs, axis):
@@ -127,13 +153,32 @@ register("concatenate", "shape", _concat_abs, lambda *xs, axis: np.concatenate(x
 
 
 # ---- the NumPy front end ----------------------------------------------------------------------
+def _reshaped_view(x, shape):
+    """x reshaped, as NumPy's view of x when x is C-contiguous (a copy otherwise)."""
+    y = _reshape(x, shape)
+    if isinstance(x, Tensor) and y is not x and is_contiguous(x):
+        out = tuple(y.shape)
+        view_of(y, x, lambda b: _reshape(b, out), lambda b, v: _reshape(v, b.shape))
+    return y
+
+
+def _transposed_view(x, perm):
+    """x with its axes permuted by perm (a full permutation), as NumPy's view of x."""
+    y = transpose(x, perm)
+    if isinstance(x, Tensor) and y is not x:
+        perm = tuple(perm)
+        back = tuple(int(i) for i in np.argsort(perm))
+        view_of(y, x, lambda b: transpose(b, perm), lambda b, v: transpose(v, back), contiguous=False)
+    return y
+
+
 @implements(np.reshape)
 def reshape(x, shape=None, order="C", **kw):
     if "newshape" in kw:
         shape = kw.pop("newshape")
     if order != "C" or kw:
         raise NotSupportedError(f"reshape with order={order!r} is not supported{where()}")
-    return _reshape(x, shape)
+    return _reshaped_view(as_operand(x), shape)
 
 
 @implements(np.ravel)
@@ -141,9 +186,31 @@ def ravel(x, order="C"):
     return reshape(x, (-1,), order)
 
 
-implements(np.transpose)(transpose)
-implements(np.swapaxes)(swapaxes)
-implements(np.broadcast_to)(broadcast_to)
+@implements(np.transpose)
+def transpose_(x, axes=None):
+    nd = len(shape_of(x))
+    perm = tuple(reversed(range(nd))) if axes is None else tuple(norm_axis(a, nd) for a in axes)
+    return _transposed_view(as_operand(x), perm)
+
+
+@implements(np.swapaxes)
+def swapaxes_(x, axis1, axis2):
+    nd = len(shape_of(x))
+    perm = list(range(nd))
+    a, b = norm_axis(axis1, nd), norm_axis(axis2, nd)
+    perm[a], perm[b] = perm[b], perm[a]
+    return _transposed_view(as_operand(x), perm)
+
+
+@implements(np.broadcast_to)
+def broadcast_to_(x, shape, subok=False):
+    x = as_operand(x)
+    y = broadcast_to(x, shape)
+    if isinstance(x, Tensor) and y is not x:
+        view_of(y, x, lambda b: broadcast_to(b, tuple(y.shape)), None, contiguous=False)
+    return y
+
+
 implements(np.zeros_like)(lambda x, dtype=None, **kw: zeros_like(x, dtype))
 implements(np.ones_like)(lambda x, dtype=None, **kw: ones_like(x, dtype))
 implements(np.full_like)(lambda x, fill_value, dtype=None, **kw: full_like(x, fill_value, dtype))
@@ -162,7 +229,7 @@ def moveaxis(x, source, destination):
     order = [n for n in range(nd) if n not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
-    return transpose(x, order)
+    return _transposed_view(as_operand(x), order)
 
 
 @implements(np.expand_dims)
