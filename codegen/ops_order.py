@@ -63,52 +63,57 @@ def _before(a, b):
 
 
 @njit(**_OPTS)
-def _sort_row(keys, perm, buf):
-    """perm = the stable sorting permutation of keys: insertion-sorted runs of RUN, then
-    bottom-up merges (an element of the right run goes first only if strictly smaller)."""
+def _sort_row(keys, perm, kbuf, pbuf):
+    """Sort the row `keys` in place and set perm to its stable sorting permutation:
+    insertion-sorted runs of RUN, then bottom-up merges of (key, index) pairs (an element of
+    the right run goes first only if strictly smaller), moving keys with their indices so
+    that every comparison reads contiguous memory."""
     n = keys.shape[0]
     for j in range(n):
         perm[j] = j
     for lo in range(0, n, RUN):
         hi = min(lo + RUN, n)
         for i in range(lo + 1, hi):
-            t = perm[i]
-            kt = keys[t]
+            kt, t = keys[i], perm[i]
             j = i - 1
-            while j >= lo and _before(kt, keys[perm[j]]):
-                perm[j + 1] = perm[j]
+            while j >= lo and _before(kt, keys[j]):
+                keys[j + 1], perm[j + 1] = keys[j], perm[j]
                 j -= 1
-            perm[j + 1] = t
+            keys[j + 1], perm[j + 1] = kt, t
     width = RUN
-    src, dst = perm, buf
+    sk, sp, dk, dp = keys, perm, kbuf, pbuf
     flips = 0
     while width < n:
         for lo in range(0, n, 2 * width):
             mid = min(lo + width, n)
             hi = min(lo + 2 * width, n)
             i, j, k = lo, mid, lo
+            if mid == hi or not _before(sk[mid], sk[mid - 1]):
+                for q in range(lo, hi):         # already in order
+                    dk[q], dp[q] = sk[q], sp[q]
+                continue
             while i < mid and j < hi:
-                if _before(keys[src[j]], keys[src[i]]):
-                    dst[k] = src[j]
+                if _before(sk[j], sk[i]):
+                    dk[k], dp[k] = sk[j], sp[j]
                     j += 1
                 else:
-                    dst[k] = src[i]
+                    dk[k], dp[k] = sk[i], sp[i]
                     i += 1
                 k += 1
             while i < mid:
-                dst[k] = src[i]
+                dk[k], dp[k] = sk[i], sp[i]
                 i += 1
                 k += 1
             while j < hi:
-                dst[k] = src[j]
+                dk[k], dp[k] = sk[j], sp[j]
                 j += 1
                 k += 1
-        src, dst = dst, src
+        sk, sp, dk, dp = dk, dp, sk, sp
         flips += 1
         width *= 2
     if flips % 2:
         for j in range(n):
-            perm[j] = buf[j]
+            perm[j] = pbuf[j]
 
 
 @njit(**_OPTS)
@@ -116,13 +121,14 @@ def argsort(x, out):
     """out[p, :, q] = the stable sorting permutation of x[p, :, q] (NaN last)."""
     pre, n, post = x.shape
     keys = np.empty(n, x.dtype)
+    kbuf = np.empty(n, x.dtype)
     perm = np.empty(n, np.int64)
-    buf = np.empty(n, np.int64)
+    pbuf = np.empty(n, np.int64)
     for p in range(pre):
         for q in range(post):
             for j in range(n):
                 keys[j] = x[p, j, q]
-            _sort_row(keys, perm, buf)
+            _sort_row(keys, perm, kbuf, pbuf)
             for j in range(n):
                 out[p, j, q] = perm[j]
     return out

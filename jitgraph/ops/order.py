@@ -5,8 +5,9 @@ row along the axis):
 
 * `cumsum(x, axis, reverse)`: running sums along `axis` (from the end when `reverse`), added
   in order like np.cumsum; its adjoint is itself with `reverse` flipped.
-* `cumprod(x, axis)`: running products; its adjoint is a composite of cumsum and cumprod that
-  stays exact where x has zeros (see `_cumprod_vjp`).
+* `cumprod(x, axis)`: running products; its adjoint is a composite of cumsum and cumprod
+  whose value and derivatives (so second derivatives) are exact where x has zeros (see
+  `_cumprod_vjp`).
 * `argsort(x, axis)`: the stable sorting permutation with NaN last (np.argsort(kind="stable"),
   which NumPy's default kind equals on short rows); an integer result, so no adjoint flows.
 * `take_along(x, idx, axis)`: np.take_along_axis for operands whose shapes agree off `axis`
@@ -73,26 +74,35 @@ def _flops_size(node):
 
 def _cumprod_vjp(g, out, x, axis):
     """Adjoint of y = cumprod(x) along `axis`: x_k's share is sum_{i >= k} g_i * prod_{j <= i,
-    j != k} x_j. Before the first zero of a row that is revcumsum(g * y)_k / x_k; at the first
-    zero it is revcumsum(g * cumprod(x with that zero replaced by one))_k; after it, zero (every
-    product there holds the first zero). Exact with zeros, unlike dividing by x everywhere."""
+    j != k} x_j, written so that it and its own derivatives are exact where x has zeros (at
+    any number of them; a share divided by x_k everywhere would be nan there):
+
+    * before the first zero z of a row: revcumsum(g * y)_k / x_k;
+    * at z: revcumsum(g * y1)_k, with y1 = cumprod(x with x_z replaced by one);
+    * after z: x_z * q_k (zero, but its derivative in x_z is q_k), where q_k, the share with
+      x_z left out, is revcumsum(g * y1)_k / x_k before the second zero z2, revcumsum(g * y2)_k
+      at z2 (y2: x_z and x_z2 replaced by ones), and zero after it."""
     zero = equal(x, 0.0)
     seen = cumsum(cast(zero, np.int64), axis=axis)          # zeros at or before each position
     before = equal(seen, 0)
     first = logical_and(zero, equal(seen, 1))
-    safe = where_(before, x, 1.0)
-    r_before = divide(_cumsum(multiply(g, out), axis, True), safe)
-    y_skip = bind("cumprod", where_(first, 1.0, x), axis=axis)
-    r_first = _cumsum(multiply(g, y_skip), axis, True)
-    return where_(before, r_before, where_(first, r_first, 0.0))
+    between = logical_and(logical_not(zero), equal(seen, 1))
+    second = logical_and(zero, equal(seen, 2))
+    x1 = where_(first, 1.0, x)
+    x2 = where_(second, 1.0, x1)
+    s1 = _cumsum(multiply(g, bind("cumprod", x1, axis=axis)), axis, True)
+    r_before = divide(_cumsum(multiply(g, out), axis, True), where_(before, x, 1.0))
+    q = where_(between, divide(s1, where_(between, x, 1.0)),
+               where_(second, _cumsum(multiply(g, bind("cumprod", x2, axis=axis)), axis, True), 0.0))
+    x_z = _sum(where_(first, x, 0.0), axis=axis, keepdims=True)
+    return where_(before, r_before, where_(first, s1, multiply(x_z, q)))
 
 
 register("cumsum", "linalg", _scan_abs, _cumsum_impl,
          (lambda g, out, x, axis, reverse: _cumsum(g, axis, not reverse),), flops=_flops_size)
 register("cumprod", "linalg", _scan_abs,
          lambda x, axis: np.cumprod(np.asarray(x), axis=axis, dtype=np.asarray(x).dtype),
-         (_cumprod_vjp,), flops=_flops_size,
-         onnx=None)
+         (_cumprod_vjp,), flops=_flops_size)
 
 
 def _argsort_abs(x, axis):
@@ -732,7 +742,9 @@ def _quantile(a, q, axis, keepdims, weak_q, name):
     return r
 
 
-def _quantile_front(a, q, axis, out, overwrite_input, method, keepdims, weights, interpolation, name):
+def _quantile_front(a, q, axis, out, method, keepdims, weights, interpolation, name):
+    """Checks and q's normalization (NumPy's), then `_quantile`. Only a may be traced: a
+    traced q, out or weights is refused (so an untraced a never gets here)."""
     no_out(out, name)
     if isinstance(q, Tensor):
         raise NotSupportedError(f"{name} with a traced q is not supported: which order statistics "
@@ -745,16 +757,14 @@ def _quantile_front(a, q, axis, out, overwrite_input, method, keepdims, weights,
     if method != "linear":
         raise NotSupportedError(f"{name}(..., method={method!r}) is not supported; method='linear' "
                                 f"is{where()}")
-    a = as_operand(a)
     weak_q = type(q) in (int, float)
     if name == "np.percentile":
         q = np.true_divide(q, 100, out=...)
     q = np.asanyarray(q)
-    valid = q.size == 0 or (q.min() >= 0 and q.max() <= 1)
-    if not valid:
+    if not (q.size == 0 or (q.min() >= 0 and q.max() <= 1)):
         raise ValueError("Percentiles must be in the range [0, 100]" if name == "np.percentile"
                          else "Quantiles must be in the range [0, 1]")
-    return _quantile(a, q, axis, keepdims, weak_q, name)
+    return _quantile(as_operand(a), q, axis, keepdims, weak_q, name)
 
 
 @implements(np.percentile)
@@ -762,20 +772,14 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
                *, weights=None, interpolation=None):
     """np.percentile with linear interpolation: q (concrete, a scalar or an array, in [0, 100])
     picks order statistics of a along `axis`; the result has q's dims first."""
-    if not isinstance(a, Tensor):
-        return np.percentile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights)
-    return _quantile_front(a, q, axis, out, overwrite_input, method, keepdims, weights, interpolation,
-                           "np.percentile")
+    return _quantile_front(a, q, axis, out, method, keepdims, weights, interpolation, "np.percentile")
 
 
 @implements(np.quantile)
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False,
              *, weights=None, interpolation=None):
     """np.quantile with linear interpolation (q concrete, in [0, 1]); see `percentile`."""
-    if not isinstance(a, Tensor):
-        return np.quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights)
-    return _quantile_front(a, q, axis, out, overwrite_input, method, keepdims, weights, interpolation,
-                           "np.quantile")
+    return _quantile_front(a, q, axis, out, method, keepdims, weights, interpolation, "np.quantile")
 
 
 @implements(np.average)
@@ -842,11 +846,9 @@ def _nan_replaced(a, value):
     return where_(mask, value, a), mask
 
 
-def _nan_front(a, name, *extra):
-    """a as an operand, or None when nothing is traced (the caller computes with NumPy)."""
-    if not _traced(a, *extra):
-        return None
-    return as_operand(a)
+def _nan_front(a):
+    """a as an operand, or None when it is not traced (the caller computes with NumPy)."""
+    return as_operand(a) if _traced(a) else None
 
 
 @implements(np.nansum)
@@ -854,7 +856,7 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
     """np.nansum: the sum with NaN counted as zero."""
     no_out(out, "np.nansum")
     _no_initial(initial, where, "np.nansum")
-    x = _nan_front(a, "nansum")
+    x = _nan_front(a)
     if x is None:
         return np.nansum(a, axis=axis, dtype=dtype, keepdims=_kd(keepdims))
     arr, _ = _nan_replaced(x, 0.0)
@@ -867,7 +869,7 @@ def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wh
     nonzero entries)."""
     no_out(out, "np.nanprod")
     _no_initial(initial, where, "np.nanprod")
-    x = _nan_front(a, "nanprod")
+    x = _nan_front(a)
     if x is None:
         return np.nanprod(a, axis=axis, dtype=dtype, keepdims=_kd(keepdims))
     arr, _ = _nan_replaced(x, 1.0)
@@ -888,7 +890,7 @@ def _no_initial(initial, where_arg, name):
 def _nan_extreme(a, axis, out, keepdims, initial, where_arg, op, name):
     no_out(out, f"np.{name}")
     _no_initial(initial, where_arg, f"np.{name}")
-    x = _nan_front(a, name)
+    x = _nan_front(a)
     kd = _kd(keepdims)
     if x is None:
         return getattr(np, name)(a, axis=axis, keepdims=kd)
@@ -915,7 +917,7 @@ def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
 
 def _nan_arg(a, axis, out, keepdims, op, name):
     no_out(out, f"np.{name}")
-    x = _nan_front(a, name)
+    x = _nan_front(a)
     if x is None:
         return getattr(np, name)(a, axis=axis, keepdims=_kd(keepdims))
     arr, mask = _nan_replaced(x, -np.inf if op == "max" else np.inf)
@@ -962,7 +964,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     """np.nanmean: the mean of the entries that are not NaN; NaN for an all-NaN slice."""
     no_out(out, "np.nanmean")
     _no_where(where, "np.nanmean")
-    x = _nan_front(a, "nanmean")
+    x = _nan_front(a)
     kd = _kd(keepdims)
     if x is None:
         return np.nanmean(a, axis=axis, dtype=dtype, keepdims=kd)
@@ -971,7 +973,9 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
         return mean(arr, axis=axis, dtype=dtype, keepdims=kd)
     dtype = _inexact_dtype(dtype)
     tot = _sum(arr, axis=axis, dtype=dtype, keepdims=kd)
-    return _by_count(tot, _count(mask, axis, kd))
+    cnt = _count(mask, axis, kd)
+    empty = equal(cnt, 0)
+    return where_(empty, np.nan, _by_count(tot, where_(empty, 1, cnt)))    # 0 / 0 without a warning
 
 
 @implements(np.nanvar)
@@ -982,7 +986,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     no_out(out, "np.nanvar")
     _no_where(where, "np.nanvar")
     _no_mean(mean, "np.nanvar")
-    x = _nan_front(a, "nanvar")
+    x = _nan_front(a)
     kd = _kd(keepdims)
     if x is None:
         return np.nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=kd,
@@ -1001,14 +1005,16 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     dev = where_(mask, 0.0, cast(subtract(arr, avg), arr.dtype))
     var = _sum(multiply(dev, dev), axis=axis, dtype=dtype, keepdims=kd)
     dof = subtract(cnt if kd else reshape(cnt, shape_of(var)), ddof)
-    var = _by_count(var, dof)
-    return where_(less_equal(dof, 0), np.nan, var)
+    bad = less_equal(dof, 0)
+    return where_(bad, np.nan, _by_count(var, where_(bad, 1, dof)))
 
 
 @implements(np.nanstd)
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
            correction=None):
     """np.nanstd: the square root of `nanvar`."""
+    no_out(out, "np.nanstd")
+    _no_where(where, "np.nanstd")
     if not _traced(a):
         return np.nanstd(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=_kd(keepdims),
                          **({} if correction is None else {"correction": correction}))

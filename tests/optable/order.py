@@ -40,6 +40,10 @@ op("cumprod-1d", lambda x: np.cumprod(x), V, domain="nonzero")
 op("cumprod-method", lambda x: x.cumprod(axis=1), M)
 op("cumprod-zeros", lambda x: np.cumprod(x * np.array([1.0, 0.0, 1.0, 0.0], x.dtype), axis=1), M)
 op("cumprod-zero-first", lambda x: np.cumprod(np.where(np.arange(4) == 0, 0.0, x), axis=-1), M)
+# zeros that depend on x (so the second-order check differentiates through them): one per row,
+# and two per row
+op("cumprod-traced-zero", lambda x: np.cumprod(x - x[:, 1:2], axis=1), M)
+op("cumprod-traced-zeros", lambda x: np.cumprod((x - x[:, :1]) * (x - x[:, 2:3]), axis=1), ((3, 5),))
 op("diff", lambda x: np.diff(x), V, M)
 op("diff-n2-axis0", lambda x: np.diff(x, n=2, axis=0), T)
 op("diff-n3", lambda x: np.diff(x, 3, axis=-1), T)
@@ -89,8 +93,8 @@ op("take-raise", lambda x: np.take(x, [-1, 2], axis=0, mode="raise"), M)
 op("take-wrap-traced", lambda x: np.take(x, np.argmax(x, axis=0) + 5, axis=0, mode="wrap"), M)
 op("take-clip-traced", lambda x: np.take(x, np.argmin(x, axis=1) * 3 - 2, axis=1, mode="clip"), M)
 op("searchsorted", lambda a, v: v * np.searchsorted(np.sort(a), v).astype(v.dtype), ((6,), (3, 2)))
-op("searchsorted-right-sorter", lambda a, v: v * np.searchsorted(a, v, side="right", sorter=np.argsort(a)).astype(v.dtype),
-   ((6,), (4,)))
+op("searchsorted-right-sorter",
+   lambda a, v: v * np.searchsorted(a, v, side="right", sorter=np.argsort(a)).astype(v.dtype), ((6,), (4,)))
 
 # ---- order statistics --------------------------------------------------------------------------------
 for _axis in (None, 0, 1, -1, (0, 2)):
