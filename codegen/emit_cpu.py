@@ -108,10 +108,16 @@ class Emitter(EmitterBase):
         self.body = []            # lines of the entry function
         self.users = graph.users()
         self.functions = []       # module-level functions: loop groups, subgraph kernels
+        self.imports = []         # module-level imports lowerings need (`require`)
         self.uses_prange = False
         self.driver = False
 
     spell = staticmethod(spell)
+
+    def require(self, line):
+        """Have the generated module run the import `line` (a lowering's helper module)."""
+        if line not in self.imports:
+            self.imports.append(line)
 
     # ---- values in the entry function -----------------------------------------------------------
     def array(self, node):
@@ -221,6 +227,7 @@ class Emitter(EmitterBase):
             "from jitgraph.codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
             "from jitgraph.codegen.mathlib import maximum as _max, minimum as _min",
             "from jitgraph.codegen import runtime as _rt",
+            *self.imports,
             "",
             "# Numba's disk cache is attached when jitgraph imports this module (codegen/build.py)",
             f"_OPTS = dict(error_model='numpy', fastmath={fm}, boundscheck=False)",
@@ -318,6 +325,8 @@ class Emitter(EmitterBase):
                       prefix=prefix, shared=self.shared)
         sub.emit()
         self.functions.extend(sub.functions)
+        for line in sub.imports:
+            self.require(line)
         self.functions.append(["@njit(**_OPTS)"] + sub.kernel_lines())
         dims = f"{prefix}dims"
         self.extra_consts.append((dims, np.array(sub.sizes.values or [0], dtype=np.int64)))

@@ -75,8 +75,10 @@ class EmitterBase:
 
     def reduce_init(self, op, dtype):
         """The identity of reduction `op` as a literal of its accumulator's dtype."""
-        dtype = acc_dtype(dtype)
-        return literal(identity(op, dtype), dtype)
+        acc = acc_dtype(dtype)
+        if np.dtype(dtype) == bool:    # max/min of booleans start at False/True, not at int64's range
+            return literal(int(identity(op, dtype)), acc)
+        return literal(identity(op, acc), acc)
 
     def combine(self, op, a, b, dtype):
         """The expression combining two partial results of reduction `op`."""

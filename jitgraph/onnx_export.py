@@ -521,6 +521,76 @@ def _scatter(b, node, ins, out):
     b.op("ScatterElements", [data, ind, upd], out, axis=axis, **attrs)
 
 
+# ---- the order family (ops/order.py): scans, sorts, gathers along an axis ----------------------
+@_emits("cumsum")
+def _cumsum(b, node, ins, out):
+    b.op("CumSum", [ins[0], b.const(node.p["axis"], np.int64)], out, reverse=int(node.p["reverse"]))
+
+
+@_emits("cumprod")
+def _cumprod(b, node, ins, out):
+    # ONNX has no cumulative product: out[.., i, ..] = the product over j of x[.., j, ..] where
+    # j <= i and 1 elsewhere (an (n, n) mask; memory grows with n**2)
+    axis, n = node.p["axis"], node.shape[node.p["axis"]]
+    if n == 0:
+        b.fill(node.shape, 0, node.dtype, out)
+        return
+    rows = b.op("Unsqueeze", [ins[0], b.ints([axis])])          # (.., 1, n, ..): j after i
+    mask = np.tril(np.ones((n, n), bool)).reshape((n, n) + (1,) * (node.ndim - axis - 1))
+    terms = b.op("Where", [b.const(mask), rows, b.const(1, node.dtype)])
+    _reduce(b, "ReduceProd", terms, [axis + 1], out)
+
+
+def _stable_topk(b, key, axis, n):
+    """The ascending permutation of `key` along `axis`: TopK puts the lower index first among
+    equal keys, which makes it a stable sort."""
+    vals = b.fresh("sorted")
+    return b.op_multi("TopK", [key, b.ints([n])], [vals, b.fresh("perm")], axis=axis, largest=0,
+                      sorted=1)[1]
+
+
+@_emits("argsort")
+def _argsort(b, node, ins, out):
+    x, dt = ins[0], node.inputs[0].dtype
+    axis, n = node.p["axis"], node.shape[node.p["axis"]]
+    if dt.kind != "f":
+        if dt == np.uint64:
+            raise NotSupportedError("ONNX export: argsort of uint64 values (ONNX TopK has no uint64, "
+                                    "and int64 would reorder values above 2**63)")
+        perm = _stable_topk(b, b.cast(x, dt, np.int64) if dt not in (np.int32, np.int64) else x, axis, n)
+        b.op("Identity", [perm], out)
+        return
+    # NaN last, stably: sort by value with NaN as +inf, then stably by NaN-ness (two passes of
+    # a stable sort sort by the pair)
+    nan = b.op("IsNaN", [x])
+    first = _stable_topk(b, b.op("Where", [nan, b.const(np.inf, dt), x]), axis, n)
+    flag = b.cast(b.op("GatherElements", [nan, first], axis=axis), np.bool_, np.int64)
+    second = _stable_topk(b, flag, axis, n)
+    b.op("GatherElements", [first, second], out, axis=axis)
+
+
+@_emits("take_along")
+def _take_along(b, node, ins, out):
+    # GatherElements counts negative indices from the end, like np.take_along_axis
+    b.op("GatherElements", ins, out, axis=int(node.p["axis"]))
+
+
+@_emits("put_along_add")
+def _put_along_add(b, node, ins, out):
+    if b.opset < 16:
+        raise NotSupportedError(f"ONNX export: put_along_add (the gradient of take_along_axis and "
+                                f"sort) needs opset >= 16 for ScatterElements(reduction='add'), got "
+                                f"opset {b.opset}")
+    zeros = b.fill(node.shape, 0, node.dtype)
+    b.op("ScatterElements", [zeros, ins[1], ins[0]], out, axis=int(node.p["axis"]), reduction="add")
+
+
+@_emits("wrap_index")
+def _wrap_index(b, node, ins, out):
+    # integer Mod with fmod=0 takes the divisor's sign, like np.mod
+    b.op("Mod", [ins[0], b.const(node.p["n"], node.dtype)], out, fmod=0)
+
+
 # ---- control flow -----------------------------------------------------------------------------
 # A control node's value is a tuple: its emitter returns one ONNX value name per element
 # (`out_avals`), and `proj` nodes pick from that list.

@@ -283,3 +283,19 @@ def test_mathlib_accuracy_and_special_values():
         np.testing.assert_array_equal(got[fin], r[fin])
     sub = (np.exp(x) < 1e-300) & (np.exp(x) > 0)
     np.testing.assert_allclose(out[0][sub], np.exp(x)[sub], rtol=1e-6)  # subnormal results
+
+
+def test_boolean_reductions_fused_with_their_users():
+    # max/min of booleans start at False/True, and any/all values read in the same loop are
+    # booleans (0 or 1), not counts
+    y = np.random.default_rng(0).standard_normal((30, 70)) - 2.0
+
+    def f(y):
+        m = y > 0
+        outs = []
+        for fn in (np.max, np.min, np.any, np.all, np.sum):
+            for ax in (0, 1, None):
+                outs += [fn(m, axis=ax), fn(m, axis=ax) * 1.0 + y.sum(axis=ax) * 0.0]
+        return outs
+    for got, want in zip(jg.jit(f)(y), f(y)):
+        np.testing.assert_array_equal(got, want)

@@ -381,8 +381,8 @@ def _normalized(idx, n, dim):
     return where_(less(idx, 0), add(idx, n), idx)
 
 
-@implements(np.take)
-def take(a, indices, axis=None, out=None, mode=None):
+def take(a, indices, axis=None, out=None):
+    """np.take(a, indices, axis) with mode="raise" (ops/order.py registers np.take's modes)."""
     no_out(out, "np.take")
     if axis is None:
         return getitem(ravel(a), indices)

@@ -54,7 +54,7 @@ def identity(op, dtype):
     dtype = np.dtype(dtype)
     value = REDUCTIONS[op].identity
     if dtype == bool and op in ("reduce_max", "reduce_min"):
-        return value < 0 if op == "reduce_max" else value > 0
+        return bool(value > 0)        # max starts at False (-inf), min at True (+inf)
     if dtype.kind in "iub" and np.isinf(value):
         info = np.iinfo(dtype if dtype != bool else np.int64)
         return int(info.min if value < 0 else info.max)
