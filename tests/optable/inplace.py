@@ -161,6 +161,13 @@ def _zeros_then_fill(x):
     return y
 
 
+def _in_place_sort(x):
+    y = x * 1.0
+    y[1].sort()                      # sorts row 1 of y (a view)
+    y[:, 2:].sort(axis=0)
+    return y
+
+
 for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), ("setitem whole", _whole),
                    ("setitem rows", _rows), ("setitem points", _points), ("setitem mixed", _mixed),
                    ("setitem traced mask", _traced_mask), ("setitem known mask", _known_mask),
@@ -169,5 +176,6 @@ for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), (
                    ("view siblings", _sibling_views), ("np.add.at", _ufunc_at), ("np.copyto", _copyto),
                    ("ufunc out=", _out), ("np.fill_diagonal", _fill_diagonal),
                    ("np.put_along_axis", _put_along_axis), ("setitem python loop", _python_loop),
-                   ("setitem fori_loop", _fori_loop), ("setitem zeros_like", _zeros_then_fill)]:
+                   ("setitem fori_loop", _fori_loop), ("setitem zeros_like", _zeros_then_fill),
+                   ("sort in place", _in_place_sort)]:
     op(_name, _fn, ((4, 5),))
