@@ -18,7 +18,7 @@ import numpy as np
 
 from .core import ARGUMENT, GraphTrace, Tensor, View, bind, innermost
 from .errors import NotSupportedError, ShapeError, where
-from .ops.registry import FUNCTIONS, METHODS, UFUNCS, method
+from .ops.registry import FUNCTIONS, METHODS, UFUNCS, VIEWS, method
 from .values import check_array_type, check_dtype
 
 
@@ -349,16 +349,6 @@ def _write_out(out, result, name):
     return out
 
 
-# functions whose NumPy result is a view of their argument; any other function returning its
-# argument unchanged (np.concatenate of one array, x.astype of its own dtype) returns a copy
-VIEW_FUNCTIONS = frozenset(
-    getattr(np, name) for name in ("reshape", "ravel", "transpose", "swapaxes", "moveaxis", "rollaxis",
-                                   "squeeze", "expand_dims", "atleast_1d", "atleast_2d", "atleast_3d",
-                                   "broadcast_to", "asarray", "asanyarray", "ascontiguousarray", "real",
-                                   "matrix_transpose", "permute_dims")
-    if hasattr(np, name))
-
-
 def _fresh(result, args):
     """`result` of a function whose NumPy result is a new array: a copy where it is one of the
     arrays in `args`, and no longer a view where it was computed as one."""
@@ -409,4 +399,4 @@ def apply_function(func, args, kwargs):
     r = fn(*args, **kwargs)
     if out is not None:
         return _write_out(out, r, np_name(func))
-    return r if func in VIEW_FUNCTIONS else _fresh(r, args)
+    return r if func in VIEWS else _fresh(r, args)

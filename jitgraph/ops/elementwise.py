@@ -180,7 +180,7 @@ def conjugate(x):
     return x
 
 
-@implements(np.real)
+@implements(np.real, view=True)
 def real(x):
     return x
 

@@ -142,14 +142,21 @@ class Lowerings(dict):
 UFUNCS = {}      # np.ufunc -> function of the same arguments on traced values
 FUNCTIONS = {}   # NumPy function (dispatched through __array_function__) -> implementation
 METHODS = {}     # name -> function, for operations without a NumPy protocol ("getitem", ...)
+VIEWS = set()    # the NumPy functions whose result is a view of their argument (NumPy's answer)
 
 
-def implements(*np_funcs):
-    """Decorator: the decorated function runs these NumPy functions/ufuncs on traced values."""
+def implements(*np_funcs, view=False):
+    """Decorator: the decorated function runs these NumPy functions/ufuncs on traced values.
+
+    `view=True`: NumPy answers with a view of the argument (np.reshape, np.split): results the
+    implementation marks as views stay views (`numpy_api.view_of`); of any other function,
+    results are copies."""
     def deco(fn):
         for f in np_funcs:
             table = UFUNCS if isinstance(f, np.ufunc) else FUNCTIONS
             table[f] = fn
+            if view:
+                VIEWS.add(f)
         return fn
     return deco
 

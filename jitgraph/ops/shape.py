@@ -172,7 +172,7 @@ def _transposed_view(x, perm):
     return y
 
 
-@implements(np.reshape)
+@implements(np.reshape, view=True)
 def reshape(x, shape=None, order="C", **kw):
     if "newshape" in kw:
         shape = kw.pop("newshape")
@@ -181,19 +181,19 @@ def reshape(x, shape=None, order="C", **kw):
     return _reshaped_view(as_operand(x), shape)
 
 
-@implements(np.ravel)
+@implements(np.ravel, view=True)
 def ravel(x, order="C"):
     return reshape(x, (-1,), order)
 
 
-@implements(np.transpose)
+@implements(np.transpose, view=True)
 def transpose_(x, axes=None):
     nd = len(shape_of(x))
     perm = tuple(reversed(range(nd))) if axes is None else tuple(norm_axis(a, nd) for a in axes)
     return _transposed_view(as_operand(x), perm)
 
 
-@implements(np.swapaxes)
+@implements(np.swapaxes, view=True)
 def swapaxes_(x, axis1, axis2):
     nd = len(shape_of(x))
     perm = list(range(nd))
@@ -202,7 +202,7 @@ def swapaxes_(x, axis1, axis2):
     return _transposed_view(as_operand(x), perm)
 
 
-@implements(np.broadcast_to)
+@implements(np.broadcast_to, view=True)
 def broadcast_to_(x, shape, subok=False):
     x = as_operand(x)
     y = broadcast_to(x, shape)
@@ -221,7 +221,7 @@ def _norm_axes_ordered(axis, nd):
     return [norm_axis(a, nd) for a in axes]
 
 
-@implements(np.moveaxis)
+@implements(np.moveaxis, view=True)
 def moveaxis(x, source, destination):
     nd = len(shape_of(x))
     src = _norm_axes_ordered(source, nd)
@@ -232,7 +232,7 @@ def moveaxis(x, source, destination):
     return _transposed_view(as_operand(x), order)
 
 
-@implements(np.expand_dims)
+@implements(np.expand_dims, view=True)
 def expand_dims(x, axis):
     shape = list(shape_of(x))
     nd = len(shape) + (len(axis) if isinstance(axis, (tuple, list)) else 1)
@@ -241,7 +241,7 @@ def expand_dims(x, axis):
     return reshape(x, shape)
 
 
-@implements(np.squeeze)
+@implements(np.squeeze, view=True)
 def squeeze(x, axis=None):
     shape = shape_of(x)
     if axis is None:
@@ -303,12 +303,12 @@ def vstack(arrays, **kw):
     return concatenate([atleast_2d(a) for a in arrays], axis=0, **kw)
 
 
-@implements(np.atleast_1d)
+@implements(np.atleast_1d, view=True)
 def atleast_1d(x):
     return reshape(x, (1,)) if len(shape_of(x)) == 0 else as_operand(x)
 
 
-@implements(np.atleast_2d)
+@implements(np.atleast_2d, view=True)
 def atleast_2d(x):
     s = shape_of(x)
     return reshape(x, (1,) * (2 - len(s)) + tuple(s)) if len(s) < 2 else as_operand(x)

@@ -119,6 +119,6 @@ def _id(entry):
 
 
 # the rows, family by family (each module adds its entries when imported)
-for _family in ("elementwise", "reduce", "shape", "index", "inplace", "products", "composite", "control",
-                "order"):
+for _family in ("elementwise", "reduce", "shape", "arrange", "index", "inplace", "products", "composite",
+                "control", "order"):
     importlib.import_module(f"{__name__}.{_family}")

@@ -1,0 +1,52 @@
+"""Rows: array manipulation (repeat, tile, split, flip, rot90, roll, pad, windows, grids, ranges)."""
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from . import op
+
+
+def _split_view_write(x):
+    y = x * 1.0
+    _, b = np.split(y, 2)
+    b *= 3.0                                   # a view: y's second half changes
+    return y
+
+
+X = ((4, 6),)
+op("np.repeat", lambda x: np.repeat(x, 2, axis=1), X)
+op("np.repeat flat", lambda x: np.repeat(x, 3), X)
+op("np.repeat counts", lambda x: np.repeat(x, [1, 0, 2, 3], axis=0), X)
+op("np.tile", lambda x: np.tile(x, (2, 1, 3)), X)
+op("np.tile 1-d", lambda x: np.tile(x[0], 3), X)
+op("np.split", lambda x: np.split(x, 3, axis=1)[1] * 2 + np.array_split(x, 3)[2].sum(), X)
+op("np.split at", lambda x: np.concatenate(np.split(x, [1, 4], axis=1)[::-1], axis=1), X)
+op("np.hsplit/vsplit", lambda x: np.hsplit(x, 2)[0] + np.vsplit(x, 2)[1][:, :3].sum(), X)
+op("np.split view", _split_view_write, X)
+op("np.flip", lambda x: np.flip(x) + np.flipud(x) * np.fliplr(x), X)
+op("np.rot90", lambda x: np.rot90(x).sum(0) + np.rot90(x, 2).sum(1)[:1] + np.rot90(x, 3, axes=(1, 0)).sum(0), X)
+op("np.rollaxis", lambda x: np.rollaxis(x.reshape(2, 2, 6), 2).sum(1), X)
+op("np.roll", lambda x: np.roll(x, 2, axis=1) + np.roll(x, -1) + np.roll(x, (1, 2), axis=(0, 1)), X)
+op("np.roll traced shift", lambda x, s: np.roll(x, s, axis=1), ((4, 6), 4))
+op("np.pad constant", lambda x: np.pad(x, ((1, 2), (0, 1)), constant_values=((1., 2.), (3., 4.))), X)
+op("np.pad zeros", lambda x: np.pad(x, 2), X)
+op("np.pad traced value", lambda x: np.pad(x, 1, constant_values=x[0, 0]), X)
+op("np.pad edge", lambda x: np.pad(x, ((2, 1), (3, 0)), mode="edge"), X)
+op("np.pad reflect", lambda x: np.pad(x, ((3, 4), (7, 2)), mode="reflect"), X)
+op("np.pad symmetric", lambda x: np.pad(x, 5, mode="symmetric"), X)
+op("np.pad wrap", lambda x: np.pad(x, ((1, 9), (2, 0)), mode="wrap"), X)
+op("sliding_window_view 1-d", lambda x: sliding_window_view(x[0], 3) @ x[1, :3], X)
+op("sliding_window_view 2-d", lambda x: sliding_window_view(x, (2, 3)).sum(axis=(-1, -2)), X)
+op("sliding_window_view axis", lambda x: sliding_window_view(x, 2, axis=0).max(axis=-1), X)
+op("np.meshgrid", lambda x: sum(a * 2 for a in np.meshgrid(x[0], x[1, :3])), X)
+op("np.meshgrid ij sparse", lambda x: sum(np.meshgrid(x[0], x[1, :3], x[2, :2], indexing="ij", sparse=True)), X)
+op("np.linspace", lambda x: np.linspace(x[0, 0], x[0, 1], 7) + np.linspace(x[1], x[2], 3, axis=1).sum(), X)
+op("np.linspace endpoint=False", lambda x: np.linspace(0.0, x[0, 1], 5, endpoint=False, retstep=True)[0], X)
+op("np.logspace", lambda x: np.logspace(x[0, 0], 1.0, 4), X)
+op("np.dstack/column_stack", lambda x: np.dstack([x, x ** 2]).sum(-1) + np.column_stack([x[0], x[1]]).sum(), X)
+op("np.append", lambda x: np.append(x, x[:1], axis=0).sum(0) + np.append(x[0], x[1, :2]).sum(), X)
+op("np.delete", lambda x: np.delete(x, [0, 2], axis=1) + np.delete(x, 1, axis=0).sum(), X)
+op("np.resize", lambda x: np.resize(x[0], (3, 4)), X)
+op("np.copy", lambda x: np.copy(x) + np.empty_like(x) * 0, X)
+op("np.unstack", lambda x: np.unstack(x, axis=1)[2], X)
+op("np.broadcast_arrays", lambda x: np.broadcast_arrays(x[0], x[:, :1])[1], X)
+op("np.atleast_3d", lambda x: np.atleast_3d(x[0]).sum(axis=(0, 2)) + np.atleast_3d(x).sum(-1), X)
