@@ -66,9 +66,10 @@ def _check_diff_leaf(value, where_):
 def _check_loss(out, fname):
     shape = tuple(shape_of(out)) if not isinstance(out, (int, float)) else ()
     dtype = out.dtype if isinstance(out, Tensor) else np.asarray(out).dtype
-    if shape != () or dtype.kind != "f":
+    if int(np.prod(shape, dtype=np.int64)) != 1 or dtype.kind != "f":
         raise GradError(
-            f"{fname} must return a floating scalar (shape ()) to be differentiated, but it returned "
+            f"{fname} must return a floating scalar (one element: shape (), (1,), (1, 1), ...) to be "
+            f"differentiated, but it returned "
             f"shape {shape} and dtype {np.dtype(dtype).name}; reduce it (e.g. np.sum) or use has_aux=True "
             "to return extra outputs")
 
@@ -186,7 +187,7 @@ def _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname):
     out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
     _check_loss(out, fname)
     if isinstance(out, Tracer) and out._trace is trace:
-        seed = trace.tracer(trace.const(np.ones((), dtype=out.dtype)))
+        seed = trace.tracer(trace.const(np.ones(out.shape, dtype=out.dtype)))
         flat = backward(trace.nodes[start:], out.node, wrt, trace.tracer, seed)
     else:
         flat = [zeros_like(trace.tracer(n)) for n in wrt]
@@ -265,7 +266,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
         wrt += [inputs[j] for j in idx]
         grad_leaves += [input_leaves[j] for j in idx]
         grad_trees.append(tree_flatten(args[a])[1])
-    seed = trace.const(np.ones((), dtype=value_node.dtype))
+    seed = trace.const(np.ones(value_node.shape, dtype=value_node.dtype))
     flat = backward(trace.nodes[:n_forward], value_node, wrt, trace.tracer, trace.tracer(seed))
     grad_nodes = [_as_node(trace, g, fname) for g in flat]
     adjoint_ids = {n.id for n in trace.nodes[n_forward:]}
