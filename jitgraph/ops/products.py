@@ -37,6 +37,14 @@ def _matmul_flops(node):
 
 
 def _swap(x):
+    """x with its last two axes swapped. A transpose of a transpose reads the original: the
+    adjoint of a product whose operand was transposed (einsum's 'bqd,bkd->bqk') swaps it back,
+    and that costs no copy."""
+    if isinstance(x, Tensor) and x.node.op == "transpose" and x.ndim >= 2:
+        perm = list(x.node.p["perm"])
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        src = x.rebind(x.node.inputs[0])
+        return src if perm == sorted(perm) else transpose(src, perm)
     return swapaxes(x, -1, -2)
 
 
