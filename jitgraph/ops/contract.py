@@ -14,13 +14,14 @@ A diagonal is a strided slice of the flattened pair of axes: element (i, i + k) 
 """
 import builtins
 import operator
+import sys
 import warnings
 from collections import Counter
 
 import numpy as np
 
 from ..core import Tensor, bind
-from ..errors import ShapeError, where
+from ..errors import ShapeError, is_library_frame, where
 from ..numpy_api import as_operand, broadcast_shapes, broadcast_to, cast, no_out, norm_axis, reshape, shape_of, \
     transpose
 from .elementwise import multiply, negative, subtract, where_
@@ -275,6 +276,13 @@ def einsum_path(*operands, optimize="greedy", einsum_call=False):
 
 
 # ---- tensordot, kron ------------------------------------------------------------------------------
+def _axis_list(axes):
+    try:
+        return list(axes)
+    except TypeError:
+        return [axes]
+
+
 @implements(np.tensordot)
 def tensordot(a, b, axes=2):
     """np.tensordot: the sum over axes[0] of a and axes[1] of b (an int N: a's last N axes and
@@ -288,8 +296,7 @@ def tensordot(a, b, axes=2):
     except TypeError:
         n = operator.index(axes)
         axes_a, axes_b = list(range(-n, 0)), list(range(0, n))
-    axes_a = list(axes_a) if isinstance(axes_a, (list, tuple)) else [axes_a]
-    axes_b = list(axes_b) if isinstance(axes_b, (list, tuple)) else [axes_b]
+    axes_a, axes_b = _axis_list(axes_a), _axis_list(axes_b)
     if len(axes_a) != len(axes_b):
         raise ShapeError(f"shape-mismatch for sum: {len(axes_a)} axes of a and {len(axes_b)} of b{where()}")
     axes_a = [norm_axis(i, len(sa)) for i in axes_a]
@@ -447,8 +454,11 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if da not in (2, 3) or db not in (2, 3):
         raise ShapeError(f"incompatible dimensions for cross product\n(dimension must be 2 or 3){where()}")
     if da == 2 or db == 2:
+        level, frame = 1, sys._getframe()
+        while frame is not None and is_library_frame(frame):     # the warning names the user's line
+            level, frame = level + 1, frame.f_back
         warnings.warn("Arrays of 2-dimensional vectors are deprecated. Use arrays of 3-dimensional "
-                      "vectors instead. (deprecated in NumPy 2.0)", DeprecationWarning, stacklevel=3)
+                      "vectors instead. (deprecated in NumPy 2.0)", DeprecationWarning, stacklevel=level)
     dt = np.promote_types(a.dtype, b.dtype)
     a, b = cast(a, dt), cast(b, dt)
     shape = broadcast_shapes(shape_of(a)[:-1], shape_of(b)[:-1])

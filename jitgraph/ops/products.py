@@ -5,9 +5,10 @@ A contraction is described by labels, one per axis of each operand (as in einsum
 XLA's dot_general, `contract_pair` sorts the labels of two operands into batch labels (in
 both, kept), contracted labels (in both, summed), and each operand's free labels, and
 lowers the product to transposes, reshapes and one (batched) `matmul`, which becomes a BLAS
-call on the CPU. Products with nothing to contract, or with nothing free to multiply on
-either side (a row-wise dot), become a broadcast multiply and a sum, which fuse into loops.
-Integer and boolean products take that path too (the matmul lowerings are floating-point).
+call on the CPU. Products with nothing to contract, with nothing free on either side (a
+row-wise dot), or batches of matrix-vector products become a broadcast multiply and a sum,
+which fuse into one loop. Integer and boolean products take that path too (the matmul
+lowerings are floating-point).
 """
 import builtins
 
