@@ -6,6 +6,7 @@ and the Numba entry function. The back end reads the front end's IR and
 primitive registry; nothing here imports jitgraph's public API, which calls in.
 """
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
+from . import ops_linalg  # noqa: F401  (the LAPACK primitives' CPU lowerings)
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .emit_cuda import compile_graph_cuda

@@ -487,32 +487,34 @@ def _lstsq_vjp(cts, node, value_of):
 
 
 # ---- primitives ----------------------------------------------------------------------------------
-def _marks(what):
+def _marks(onnx):
     """The CUDA and ONNX marks of a LAPACK primitive."""
-    return {"host_only": "LAPACK routines (np.linalg.*)", "onnx": f"ONNX has no {what} operator"}
+    return {"host_only": "LAPACK routines (np.linalg.*)", "onnx": onnx}
 
 
 register("solve", "linalg", _solve_abs, lambda a, b: np.linalg.solve(a, b), (_solve_a, _solve_b),
-         flops=_solve_flops, **_marks("linear-solve"))
+         flops=_solve_flops, **_marks("ONNX has no linear-solve operator"))
 register("cholesky", "linalg", _cholesky_abs, lambda a: np.linalg.cholesky(a),
          (lambda g, out, a: _cholesky_vjp(g, out, a),), flops=lambda node: _cubic(node) // 3,
-         **_marks("Cholesky"))
+         **_marks("ONNX has no Cholesky operator"))
 register("slogdet", "linalg", _slogdet_abs, lambda a, out_avals: tuple(np.linalg.slogdet(a)),
          _slogdet_vjp, multiple=True, flops=lambda node: 2 * _cubic(node) // 3,
-         **_marks("log-determinant (ONNX's Det has no sign/log form, and ONNX Runtime no float64 Det)"))
+         **_marks("ONNX has no log-determinant operator (its Det has no sign/log form, and ONNX "
+                  "Runtime runs Det in float32 only)"))
 register("eigh", "linalg", _eigh_abs,
          lambda a, lower, out_avals: tuple(np.linalg.eigh(a, "L" if lower else "U")),
-         _eigh_vjp, multiple=True, flops=lambda node: 9 * _cubic(node), **_marks("eigendecomposition"))
+         _eigh_vjp, multiple=True, flops=lambda node: 9 * _cubic(node),
+         **_marks("ONNX has no eigendecomposition operator"))
 register("svd", "linalg", _svd_abs, _svd_impl, _svd_vjp, multiple=True,
-         flops=lambda node: 12 * _cubic(node), **_marks("SVD"))
+         flops=lambda node: 12 * _cubic(node), **_marks("ONNX has no SVD operator"))
 register("qr", "linalg", _qr_abs,
          lambda a, complete, out_avals: tuple(np.linalg.qr(a, "complete" if complete else "reduced")),
-         _qr_vjp, multiple=True, flops=lambda node: 4 * _cubic(node), **_marks("QR"))
+         _qr_vjp, multiple=True, flops=lambda node: 4 * _cubic(node), **_marks("ONNX has no QR operator"))
 register("pinv", "linalg", _pinv_abs,
          lambda a, rcond, hermitian: np.linalg.pinv(a, rcond=rcond, hermitian=hermitian),
-         (_pinv_vjp,), flops=lambda node: 14 * _cubic(node), **_marks("pseudo-inverse"))
+         (_pinv_vjp,), flops=lambda node: 14 * _cubic(node), **_marks("ONNX has no pseudo-inverse operator"))
 register("lstsq", "linalg", _lstsq_abs, _lstsq_impl, _lstsq_vjp, multiple=True,
-         flops=lambda node: 12 * _cubic(node), **_marks("least-squares"))
+         flops=lambda node: 12 * _cubic(node), **_marks("ONNX has no least-squares operator"))
 
 
 # ---- the NumPy front end -------------------------------------------------------------------------
