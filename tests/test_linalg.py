@@ -410,7 +410,7 @@ def _all_routines(a, b):
     """One program calling every LAPACK routine."""
     s = a @ a.T + 4 * np.eye(a.shape[0], dtype=a.dtype)
     w, v = np.linalg.eigh(s)
-    wu = np.linalg.eigh(s + np.triu(a, 1), UPLO="U")[0]
+    wu = np.linalg.eigh(s + a * np.triu(np.ones((4, 4), a.dtype), 1), UPLO="U")[0]
     u, sv, vh = np.linalg.svd(a[:, :3])
     q, r = np.linalg.qr(a[:, :3], mode="complete")
     x, res, rank, sl = np.linalg.lstsq(a[:, :3], b[:, 0])

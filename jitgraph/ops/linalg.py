@@ -15,12 +15,15 @@ the batch dimensions):
 * `lstsq` (a, b) -> (x, residuals, rank, s) for 2-D a and b.
 
 The tuple-valued ones (`Primitive.multiple`) carry `out_avals` and are read by
-`proj` nodes, like control flow. NumPy's results are reproduced exactly:
-integers and booleans compute in float64, float32 operands give float32
-results (NumPy computes in float64 and rounds, as the compiled routines do),
-`inv` is `solve` against the identity (NumPy's own method), `det` is
-sign * exp(logabsdet) (NumPy's formula), `norm` is built from elementwise ops,
-reductions and `svd`.
+`proj` nodes, like control flow. NumPy's semantics are kept: integers and
+booleans compute in float64, float32 operands give float32 results (NumPy
+computes in float64 and rounds, as the compiled routines do), `inv` is `solve`
+against the identity (NumPy's own method), `det` is sign * exp(logabsdet)
+(NumPy's formula), `norm` is built from elementwise ops, reductions and `svd`.
+Eagerly and in the interpreter the values are NumPy's own; compiled, they match
+them to rounding (the same LAPACK routines, SciPy's build), except that a matrix
+holding inf or nan gives nan results (or NumPy's "SVD did not converge") where
+NumPy's exact nan pattern depends on LAPACK's arithmetic.
 
 Gradients follow the standard matrix-calculus results; where NumPy reads only
 one triangle of its operand (cholesky, eigh, hermitian svd/pinv) the adjoint
@@ -58,6 +61,7 @@ EighResult = _result_type("EighResult", "eigenvalues eigenvectors")
 SVDResult = _result_type("SVDResult", "U S Vh")
 QRResult = _result_type("QRResult", "Q R")
 SlogdetResult = _result_type("SlogdetResult", "sign logabsdet")
+
 
 # ---- operands ---------------------------------------------------------------------------------
 def _float_dtype(*xs):
