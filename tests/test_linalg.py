@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jitgraph as jg
+from jitgraph.codegen.emit_cpu import NJIT_ENTRY_MAX_STEPS
 
 RNG = np.random.default_rng(2024)
 
@@ -488,3 +489,20 @@ def test_row_reduction_broadcast_over_square_columns():
     x = RNG.standard_normal((3, 3))
     for backend in ("python", "numba"):
         np.testing.assert_allclose(jg.jit(f, backend=backend)(x), f(x), rtol=1e-14)
+
+
+def test_long_program_whose_entry_runs_as_python():
+    """Past NJIT_ENTRY_MAX_STEPS steps the entry is Python: it calls the routines through ctypes."""
+    a = general((3, 3))
+
+    def f(a, x):
+        for _ in range(NJIT_ENTRY_MAX_STEPS + 2):
+            x = np.linalg.solve(a, x)
+        return x
+
+    x = RNG.standard_normal(3)
+    lowered = jg.jit(f).lower(a, x)
+    assert "runs as Python" in lowered.source and "python=True" in lowered.source
+    np.testing.assert_allclose(jg.jit(f)(a, x), f(a, x), rtol=1e-10)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        jg.jit(f)(np.zeros((3, 3)), x)
