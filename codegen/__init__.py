@@ -6,7 +6,7 @@ and the Numba entry function. The back end reads the front end's IR and
 primitive registry; nothing here imports jitgraph's public API, which calls in.
 """
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
-from . import ops_order  # noqa: F401  (the order family's lowerings: scans, sorts, gathers)
+from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
 from .build import cache_dir, cache_enabled, load_kernel
 from .emit_cpu import Emitter
 from .emit_cuda import compile_graph_cuda

@@ -163,8 +163,10 @@ class Partition:
             if lvl is None:
                 return None
             if x.id in mem:
-                # a per-row value broadcast across the row
-                if lvl == 2 and mem[x.id] == 1 and group.level_of_shape(x.shape) == 1:
+                # a per-row value broadcast across the row; of a lower rank it would be
+                # right-aligned (NumPy's rule), so a (n,) value meets the (n, n) domain's columns
+                if lvl == 2 and mem[x.id] == 1 and group.level_of_shape(x.shape) == 1 \
+                        and x.ndim == node.ndim:
                     return 2
                 return None
             return lvl if self._avail(x, group) else None

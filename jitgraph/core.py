@@ -220,9 +220,13 @@ class EagerTrace(Trace):
                 nodes.append(node)
                 vals.append(a)
         value = bind(op, *vals, **params)
-        if not isinstance(value, Tensor):
-            value = np.asarray(value)
-        node = Node(op, nodes, params, np.shape(value), _dtype_of(value))
+        if PRIMS[op].multiple:      # a tuple (several results), read by proj nodes
+            shape, dtype = (), np.dtype(object)
+        else:
+            if not isinstance(value, Tensor):
+                value = np.asarray(value)
+            shape, dtype = np.shape(value), _dtype_of(value)
+        node = Node(op, nodes, params, shape, dtype)
         self.nodes.append(node)
         self.values[node.id] = value
         return EagerBox(self, node, value)

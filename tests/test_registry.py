@@ -44,7 +44,7 @@ def _has_vjp(prim):
         return False
     if isinstance(v, registry.NoGradient) or v is registry.TUPLE_ELEMENT:
         return True
-    return callable(v) if prim.kind == "control" else hasattr(v, "__getitem__")
+    return callable(v) if prim.multiple else hasattr(v, "__getitem__")
 
 
 def missing_stages(prim, covered):

@@ -1,0 +1,519 @@
+"""LAPACK routines that generated kernels call: loops over a stack of matrices, compiled once per
+machine as C callbacks.
+
+A kernel that called Numba-compiled helpers (as it calls `runtime.py`'s) would link their LLVM
+code into its own and optimize it again. Numba's np.linalg functions are large: a kernel
+calling two of them took about 1 s longer to compile than one calling them as C functions.
+So each routine here is a C callback (Numba's `cfunc`), compiled on first use for its dtype
+and cached in jitgraph's cache directory (checked files, `numba_cache.py`), and registered as
+a process-wide symbol. A kernel module declares the routines it uses at import
+(`external(name, dtype, njit, abi)`) and calls them with pointers and sizes: its own compile
+sees only an external call, and a cached kernel finds the symbol when it loads.
+
+Every routine computes in float64, as NumPy does for float32 operands too, and returns a
+status: 0, or 1 for the failure NumPy reports as a LinAlgError (`ROUTINES[name].message`,
+NumPy's text), which the kernel raises. Matrices with infinities or NaNs give NaN results
+(NumPy's exact NaN pattern depends on LAPACK's arithmetic), or, where NumPy reports "SVD did
+not converge" for them (svd, pinv, lstsq), that error.
+
+Numba's np.linalg calls LAPACK through SciPy's bindings; where it lacks an option NumPy has
+(eigh's UPLO='U', singular values without vectors, a complete QR) the routines call the same
+LAPACK entry points it uses (`numba.np.linalg._LAPACK`), as NumPy does, so that results match
+NumPy's to rounding, eigenvector signs included.
+
+In Python mode (`pymode.py`) `external` returns a Python function taking the same
+arguments (NumPy's `.ctypes` objects and ints): the routines then run as Python with NumPy.
+"""
+import ctypes
+import hashlib
+import threading
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from numba import carray, types
+from numba.core import sigutils
+from numba.core.ccallback import CFunc
+from numba.extending import overload, register_jitable
+from numba.np.linalg import _LAPACK, _dummy_liveness_func, ensure_lapack
+
+from .build import helpers_cache_dir, private_dir
+from .numba_cache import CheckedCache
+
+with open(__file__, "rb") as _f:
+    ABI = hashlib.sha256(_f.read()).hexdigest()[:12]
+"""Changes with this file: kernels name it when they declare a routine, so a kernel compiled
+against other routines is never reused (its source, hence its cache entry, differs)."""
+
+
+# ---- shared pieces ---------------------------------------------------------------------------------
+@register_jitable
+def _put(dst, src):
+    """dst[...] = src for 2-D arrays of one shape (any layouts; converts to dst's dtype)."""
+    for p in range(src.shape[0]):
+        for q in range(src.shape[1]):
+            dst[p, q] = src[p, q]
+
+
+@register_jitable
+def _fill(dst, value):
+    for p in range(dst.shape[0]):
+        for q in range(dst.shape[1]):
+            dst[p, q] = value
+
+
+@register_jitable
+def _eye(dst):
+    for p in range(dst.shape[0]):
+        for q in range(dst.shape[1]):
+            dst[p, q] = 1.0 if p == q else 0.0
+
+
+@register_jitable
+def _finite(a):
+    return np.isfinite(a).all()
+
+
+def _syevd(a, lower, vectors):
+    """(w, v, info): eigenvalues (and eigenvectors) of float64 matrix a from one triangle."""
+    uplo = "L" if lower else "U"
+    try:
+        if vectors:
+            w, v = np.linalg.eigh(a, uplo)
+        else:
+            w, v = np.linalg.eigvalsh(a, uplo), a
+    except np.linalg.LinAlgError:
+        return a[0], a, 1
+    return w, v, 0
+
+
+@overload(_syevd)
+def _syevd_jit(a, lower, vectors):
+    ensure_lapack()
+    evd = _LAPACK().numba_ez_xxxevd(types.float64)
+
+    def impl(a, lower, vectors):
+        n = a.shape[0]
+        acpy = np.asfortranarray(a)
+        w = np.empty(n)
+        if n == 0:
+            return w, acpy, 0
+        info = evd(ord("d"), ord("V") if vectors else ord("N"), ord("L") if lower else ord("U"), n,
+                   acpy.ctypes, n, w.ctypes)
+        _dummy_liveness_func([acpy.size, w.size])
+        return w, acpy, info
+    return impl
+
+
+def _gesdd_values(a):
+    """(s, info): singular values of float64 matrix a, without vectors."""
+    try:
+        return np.linalg.svd(a, compute_uv=False), 0
+    except np.linalg.LinAlgError:
+        return a[0], 1
+
+
+@overload(_gesdd_values)
+def _gesdd_values_jit(a):
+    ensure_lapack()
+    gesdd = _LAPACK().numba_ez_gesdd(types.float64)
+
+    def impl(a):
+        m, n = a.shape
+        s = np.empty(min(m, n))
+        if m == 0 or n == 0:
+            return s, 0
+        acpy = np.asfortranarray(a)
+        u = np.empty((1, 1))      # not referenced with jobz 'N', but must exist
+        vt = np.empty((1, 1))
+        info = gesdd(ord("d"), ord("N"), m, n, acpy.ctypes, m, s.ctypes, u.ctypes, m, vt.ctypes, 1)
+        _dummy_liveness_func([acpy.size, s.size, u.size, vt.size])
+        return s, info
+    return impl
+
+
+def _geqrf_orgqr(a, complete):
+    """(q, r): NumPy's QR of float64 matrix a, reduced or complete."""
+    q, r = np.linalg.qr(a, "complete" if complete else "reduced")
+    return q, r
+
+
+@overload(_geqrf_orgqr)
+def _geqrf_orgqr_jit(a, complete):
+    ensure_lapack()
+    geqrf = _LAPACK().numba_ez_geqrf(types.float64)
+    orgqr = _LAPACK().numba_ez_xxgqr(types.float64)
+
+    def impl(a, complete):
+        m, n = a.shape
+        k = min(m, n)
+        mc = m if complete else k
+        q = np.zeros((mc, m)).T            # Fortran order, as LAPACK writes it
+        r = np.zeros((mc, n))
+        if m == 0 or n == 0:
+            _eye(q)
+            return q, r
+        acpy = np.asfortranarray(a)
+        tau = np.empty(k)
+        geqrf(ord("d"), m, n, acpy.ctypes, m, tau.ctypes)
+        for i in range(mc):
+            for j in range(i, n):
+                r[i, j] = acpy[i, j]
+        for j in range(min(n, mc)):
+            for i in range(m):
+                q[i, j] = acpy[i, j]
+        orgqr(ord("d"), m, mc, k, q.ctypes, m, tau.ctypes)
+        _dummy_liveness_func([acpy.size, tau.size, q.size])
+        return q, r
+    return impl
+
+
+@register_jitable
+def _gesdd(a, full):
+    """(u, s, vh, info): np.linalg.svd of float64 matrix a, with C-ordered factors."""
+    u, s, vh = np.empty((0, 0)), np.empty(0), np.empty((0, 0))
+    ok = True
+    try:
+        uf, sf, vf = np.linalg.svd(a, full)
+        u, s, vh = np.ascontiguousarray(uf), np.ascontiguousarray(sf), np.ascontiguousarray(vf)
+    except Exception:
+        ok = False
+    return u, s, vh, 0 if ok else 1
+
+
+@register_jitable
+def _svd_factors(a, full, hermitian):
+    """(u, s, vh, info) of float64 matrix a, as np.linalg.svd(a, full, hermitian=...) gives them."""
+    if hermitian:
+        return _hermitian_svd(a, True)
+    return _gesdd(a, full)
+
+
+@register_jitable
+def _hermitian_svd(a, vectors):
+    """(u, s, vh, info) of symmetric float64 a (its lower triangle) as NumPy's hermitian path
+    makes them: eigh, singular values |w| in descending order, the signs moved into vh."""
+    n = a.shape[0]
+    w, v, info = _syevd(a, True, vectors)
+    order = np.argsort(np.abs(w))[::-1]
+    s = np.empty(n)
+    u = np.empty((n, n))
+    vh = np.empty((n, n))
+    for j in range(n):
+        s[j] = abs(w[order[j]])
+        if vectors:
+            sg = -1.0 if w[order[j]] < 0 else 1.0
+            for i in range(n):
+                u[i, j] = v[i, order[j]]
+                vh[j, i] = sg * v[i, order[j]]
+    return u, s, vh, info
+
+
+# ---- the routines (one stack of matrices each; every array C-ordered) ------------------------------
+@register_jitable
+def solve_core(a, b, x):
+    for i in range(a.shape[0]):
+        ai, bi = a[i].astype(np.float64), b[i].astype(np.float64)
+        if not (_finite(ai) and _finite(bi)):
+            _fill(x[i], np.nan)
+            continue
+        ok = True
+        try:
+            _put(x[i], np.linalg.solve(ai, bi))
+        except Exception:
+            ok = False
+        if not ok:
+            return 1
+    return 0
+
+
+@register_jitable
+def cholesky_core(a, out):
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            _fill(out[i], np.nan)
+            continue
+        ok = True
+        try:
+            _put(out[i], np.linalg.cholesky(ai))
+        except Exception:
+            ok = False
+        if not ok:
+            return 1
+    return 0
+
+
+@register_jitable
+def slogdet_core(a, sign, logdet):
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            sign[i] = np.nan
+            logdet[i] = np.nan
+            continue
+        sg, ld = np.linalg.slogdet(ai)
+        sign[i] = sg
+        logdet[i] = ld
+    return 0
+
+
+@register_jitable
+def eigh_core(a, lower, w, v):
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            _fill(v[i], np.nan)
+            for j in range(w.shape[1]):
+                w[i, j] = np.nan
+            continue
+        wi, vi, info = _syevd(ai, lower != 0, True)
+        if info != 0:
+            return 1
+        _put(v[i], vi)
+        for j in range(w.shape[1]):
+            w[i, j] = wi[j]
+    return 0
+
+
+@register_jitable
+def svd_core(a, full, hermitian, u, s, vh):
+    m, n = a.shape[1], a.shape[2]
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if m == 0 or n == 0:
+            _eye(u[i])
+            _eye(vh[i])
+            continue
+        if not _finite(ai):
+            return 1
+        ui, si, vhi, info = _svd_factors(ai, full != 0, hermitian != 0)
+        if info != 0:
+            return 1
+        _put(u[i], ui)
+        _put(vh[i], vhi)
+        for j in range(s.shape[1]):
+            s[i, j] = si[j]
+    return 0
+
+
+@register_jitable
+def svdvals_core(a, hermitian, s):
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            return 1
+        if hermitian:
+            _, si, _, info = _hermitian_svd(ai, False)
+        else:
+            si, info = _gesdd_values(ai)
+        if info != 0:
+            return 1
+        for j in range(s.shape[1]):
+            s[i, j] = si[j]
+    return 0
+
+
+@register_jitable
+def qr_core(a, complete, q, r):
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            _fill(q[i], np.nan)
+            _fill(r[i], np.nan)
+            continue
+        qi, ri = _geqrf_orgqr(ai, complete != 0)
+        _put(q[i], qi)
+        _put(r[i], ri)
+    return 0
+
+
+@register_jitable
+def pinv_core(a, rcond, hermitian, out):
+    """NumPy's pinv: the SVD's factors in the result's dtype, the cutoff rcond * max(s) in
+    float64, the product V diag(1/s) U^T in the result's dtype."""
+    for i in range(a.shape[0]):
+        ai = a[i].astype(np.float64)
+        if not _finite(ai):
+            return 1
+        u, s, vh, info = _svd_factors(ai, False, hermitian != 0)
+        if info != 0:
+            return 1
+        ut, sd, vt = u.astype(out.dtype), s.astype(out.dtype), vh.astype(out.dtype)
+        cutoff = rcond * np.float64(sd.max())
+        inv = np.zeros(sd.shape[0], out.dtype)
+        for j in range(sd.shape[0]):
+            if np.float64(sd[j]) > cutoff:
+                inv[j] = 1.0 / sd[j]
+        scaled = np.empty((sd.shape[0], ut.shape[0]), out.dtype)
+        for j in range(sd.shape[0]):
+            for p in range(ut.shape[0]):
+                scaled[j, p] = inv[j] * ut[p, j]
+        _put(out[i], np.dot(np.ascontiguousarray(vt.T), scaled))
+    return 0
+
+
+@register_jitable
+def lstsq_core(a, b, rcond, x, res, rank, s):
+    """NumPy's lstsq of 2-D a (m, n) and b (m, k); residuals as sums of squares whenever m > n
+    (the shape a traced graph gives them; NumPy leaves them out for a rank-deficient a)."""
+    ai, bi = a.astype(np.float64), b.astype(np.float64)
+    if not (_finite(ai) and _finite(bi)):
+        return 1
+    m, n = ai.shape
+    ok = True
+    try:
+        xs, rs, rk, sv = np.linalg.lstsq(ai, bi, rcond)
+        _put(x, xs)
+        rank[0] = rk
+        for j in range(s.shape[0]):
+            s[j] = sv[j]
+        if m > n and rs.shape[0] == res.shape[0]:
+            for j in range(res.shape[0]):
+                res[j] = rs[j]
+        elif m > n:
+            r = bi - np.dot(ai, np.ascontiguousarray(xs))
+            for j in range(res.shape[0]):
+                acc = 0.0
+                for p in range(m):
+                    acc += r[p, j] * r[p, j]
+                res[j] = acc
+    except Exception:
+        ok = False
+    return 0 if ok else 1
+
+
+# ---- C entry points: pointers and sizes in, a status out ------------------------------------------
+def _solve_c(ap, bp, xp, nb, n, k):
+    return solve_core(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)))
+
+
+def _cholesky_c(ap, op, nb, n):
+    return cholesky_core(carray(ap, (nb, n, n)), carray(op, (nb, n, n)))
+
+
+def _slogdet_c(ap, sp, lp, nb, n):
+    return slogdet_core(carray(ap, (nb, n, n)), carray(sp, (nb,)), carray(lp, (nb,)))
+
+
+def _eigh_c(ap, wp, vp, nb, n, lower):
+    return eigh_core(carray(ap, (nb, n, n)), lower, carray(wp, (nb, n)), carray(vp, (nb, n, n)))
+
+
+def _svd_c(ap, up, sp, vp, nb, m, n, full, hermitian):
+    k = min(m, n)
+    um, vn = (m, n) if full else (k, k)
+    return svd_core(carray(ap, (nb, m, n)), full, hermitian, carray(up, (nb, m, um)), carray(sp, (nb, k)),
+                    carray(vp, (nb, vn, n)))
+
+
+def _svdvals_c(ap, sp, nb, m, n, hermitian):
+    return svdvals_core(carray(ap, (nb, m, n)), hermitian, carray(sp, (nb, min(m, n))))
+
+
+def _qr_c(ap, qp, rp, nb, m, n, complete):
+    mc = m if complete else min(m, n)
+    return qr_core(carray(ap, (nb, m, n)), complete, carray(qp, (nb, m, mc)), carray(rp, (nb, mc, n)))
+
+
+def _pinv_c(ap, op, nb, m, n, rcond, hermitian):
+    return pinv_core(carray(ap, (nb, m, n)), rcond, hermitian, carray(op, (nb, n, m)))
+
+
+def _lstsq_c(ap, bp, xp, resp, rankp, sp, m, n, k, nres, rcond):
+    return lstsq_core(carray(ap, (m, n)), carray(bp, (m, k)), rcond, carray(xp, (n, k)), carray(resp, (nres,)),
+                      carray(rankp, (1,)), carray(sp, (min(m, n),)))
+
+
+class Routine:
+    """A C entry point: its function, its argument kinds (D: pointer to the routine's dtype,
+    I: pointer to int32, i: int64, f: float64) and NumPy's message for a failure status."""
+
+    __slots__ = ("fn", "kinds", "message")
+
+    def __init__(self, fn, kinds, message):
+        self.fn, self.kinds, self.message = fn, kinds, message
+
+
+ROUTINES = {
+    "solve": Routine(_solve_c, "DDDiii", "Singular matrix"),
+    "cholesky": Routine(_cholesky_c, "DDii", "Matrix is not positive definite"),
+    "slogdet": Routine(_slogdet_c, "DDDii", None),
+    "eigh": Routine(_eigh_c, "DDDiii", "Eigenvalues did not converge"),
+    "svd": Routine(_svd_c, "DDDDiiiii", "SVD did not converge"),
+    "svdvals": Routine(_svdvals_c, "DDiiii", "SVD did not converge"),
+    "qr": Routine(_qr_c, "DDDiiii", "Incorrect argument found while performing QR factorization"),
+    "pinv": Routine(_pinv_c, "DDiiifi", "SVD did not converge"),
+    "lstsq": Routine(_lstsq_c, "DDDDIDiiiif", "SVD did not converge in Linear Least Squares"),
+}
+
+_NB = {"D": None, "I": types.CPointer(types.int32), "i": types.int64, "f": types.float64}
+_OPTS = {"error_model": "numpy"}
+_LOCK = threading.Lock()
+_COMPILED = {}      # (name, dtype) -> CFunc (kept alive: kernels call its address)
+
+
+def _symbol(name, dtype):
+    return f"jitgraph_la_{name}_{np.dtype(dtype).name}_{ABI}"
+
+
+def _c_signature(kinds, dtype, pointer):
+    scalar = numba.from_dtype(np.dtype(dtype))
+    args = [(pointer(scalar) if k == "D" else pointer(types.int32) if k == "I" else _NB[k]) for k in kinds]
+    return types.int64(*args)
+
+
+def compiled(name, dtype):
+    """The C callback of routine `name` for `dtype`, compiled (or loaded from the cache) and
+    registered under its symbol."""
+    key = (name, np.dtype(dtype).name)
+    with _LOCK:
+        cf = _COMPILED.get(key)
+        if cf is None:
+            r = ROUTINES[name]
+            sig = sigutils.normalize_signature(_c_signature(r.kinds, dtype, types.CPointer))
+            cf = CFunc(r.fn, sig, locals={}, options=dict(_OPTS))
+            cf._cache = CheckedCache(r.fn, helpers_cache_dir(), check=private_dir)
+            cf.compile()
+            llvm.add_symbol(_symbol(name, dtype), cf.address)
+            _COMPILED[key] = cf
+    return cf
+
+
+def _pointer_args(name, dtype):
+    """A function turning the arguments a kernel passes (NumPy's `.ctypes` objects of arrays,
+    sizes, floats) into the C routine's (typed pointers, ints, floats)."""
+    kinds = ROUTINES[name].kinds
+    ptr = {"D": ctypes.POINTER(np.ctypeslib.as_ctypes_type(np.dtype(dtype))), "I": ctypes.POINTER(ctypes.c_int32)}
+    conv = {"i": int, "f": float}
+
+    def convert(args):
+        return [a.data_as(ptr[k]) if k in ptr else conv[k](a) for k, a in zip(kinds, args)]
+    return convert
+
+
+def _python_routine(name, dtype, fn):
+    convert = _pointer_args(name, dtype)
+
+    def call(*args):
+        return fn(*convert(args))
+    call.__name__ = f"{name}_{np.dtype(dtype).name}"
+    return call
+
+
+def external(name, dtype, njit, abi, python=False):
+    """What a kernel module calls routine `name` for `dtype` through, compiling or loading the
+    routine now (so its symbol exists before the kernel compiles or loads): a Numba external
+    function for compiled code, or, with `python` (an entry function that runs as Python), a
+    Python function calling the compiled routine. When `njit` is not Numba's (Python mode) the
+    routine itself runs as Python on NumPy. `abi` is the ABI the kernel was generated against
+    (this module's)."""
+    if abi != ABI:
+        raise RuntimeError(f"jitgraph: a kernel generated for linalg routines {abi} met routines {ABI}")
+    if njit is not numba.njit:
+        return _python_routine(name, dtype, ROUTINES[name].fn)
+    cf = compiled(name, dtype)
+    if python:
+        return _python_routine(name, dtype, cf.ctypes)
+    sig = _c_signature(ROUTINES[name].kinds, dtype, lambda t: types.voidptr)
+    return types.ExternalFunction(_symbol(name, dtype), sig)

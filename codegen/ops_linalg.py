@@ -1,0 +1,145 @@
+"""CPU lowerings of the LAPACK primitives (np.linalg): calls of the C routines of `linalg_runtime.py`.
+
+Each lowering passes its operands (C-ordered, any number of leading batch dimensions) and its
+result buffers as pointers with their sizes, and raises NumPy's LinAlgError on a failure
+status. The routines a module calls are declared once at its top
+(`_la.external(name, dtype, njit, abi)`), so a kernel loaded from Numba's cache finds their
+symbols. The tuple-valued primitives write their parts into the names `em.tuple_part` gives
+(`proj` reads them); 0-d parts are stored with shape (1,), like every 0-d value.
+"""
+import numpy as np
+
+from .emit_cpu import OPS
+from .linalg_runtime import ABI, ROUTINES
+from .source import np_dtype
+
+_IMPORT = "from jitgraph.codegen import linalg_runtime as _la  # LAPACK routines (C callbacks)"
+
+
+def _routine(em, name, dtype):
+    """The module-level name of routine `name` for `dtype` (declared at the module's top once).
+    An entry function that runs as Python (`em.driver`) calls it through ctypes."""
+    dt = np.dtype(dtype).name
+    python = em.driver and not em.prefix
+    var = f"_la{'py' if python else ''}_{name}_{dt}"
+    key = ("linalg routine", var)
+    if key not in em.shared:
+        block = []
+        if ("linalg import",) not in em.shared:
+            em.shared[("linalg import",)] = True
+            block.append(_IMPORT)
+        flag = ", python=True" if python else ""
+        block.append(f'{var} = _la.external("{name}", "{dt}", njit, "{ABI}"{flag})')
+        em.shared[key] = var
+        em.functions.append(block)
+    return var
+
+
+def _call(em, name, dtype, args):
+    r = ROUTINES[name]
+    call = f"{_routine(em, name, dtype)}({', '.join(str(a) for a in args)})"
+    if r.message is None:
+        em.body.append(call)
+    else:
+        em.body += [f"if {call} != 0:", f"    raise np.linalg.LinAlgError({r.message!r})"]
+
+
+def _operands(em, v, x):
+    """Names bound to the operands as C-ordered arrays."""
+    names = []
+    for k, expr in enumerate(x):
+        names.append(f"{v}_in{k}")
+        em.body.append(f"{names[-1]} = np.ascontiguousarray({expr})")
+    return names
+
+
+def _parts(em, node):
+    """Allocate the parts of a tuple-valued node; returns their names."""
+    names = []
+    for k, (shape, dtype) in enumerate(node.p["out_avals"]):
+        names.append(em.tuple_part(node, k))
+        em.body.append(f"{names[-1]} = np.empty({em.sizes.shape(shape)}, {np_dtype(dtype)})")
+    return names
+
+
+def _sizes(em, shape):
+    """(batch count, m, n) of a stack of matrices, as the code spells them."""
+    S = em.sizes
+    return S.product(shape[:-2]), S(shape[-2]), S(shape[-1])
+
+
+def _ptrs(names):
+    return [f"{n}.ctypes" for n in names]
+
+
+@OPS.register("solve")
+def _solve(em, node, v, x):
+    a, b = node.inputs
+    nb, n, _ = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    em.body.append(f"{v} = {em.buffer(node)}")
+    _call(em, "solve", a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1])])
+
+
+@OPS.register("cholesky")
+def _cholesky(em, node, v, x):
+    nb, n, _ = _sizes(em, node.shape)
+    ins = _operands(em, v, x)
+    em.body.append(f"{v} = {em.buffer(node)}")
+    _call(em, "cholesky", node.dtype, _ptrs(ins + [v]) + [nb, n])
+
+
+@OPS.register("slogdet")
+def _slogdet(em, node, v, x):
+    a = node.inputs[0]
+    nb, n, _ = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    _call(em, "slogdet", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n])
+
+
+@OPS.register("eigh")
+def _eigh(em, node, v, x):
+    a = node.inputs[0]
+    nb, n, _ = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    _call(em, "eigh", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n, int(node.p["lower"])])
+
+
+@OPS.register("svd")
+def _svd(em, node, v, x):
+    a, p = node.inputs[0], node.p
+    nb, m, n = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    parts = _ptrs(ins + _parts(em, node))
+    if p["compute_uv"]:
+        _call(em, "svd", a.dtype, parts + [nb, m, n, int(p["full_matrices"]), int(p["hermitian"])])
+    else:
+        _call(em, "svdvals", a.dtype, parts + [nb, m, n, int(p["hermitian"])])
+
+
+@OPS.register("qr")
+def _qr(em, node, v, x):
+    a = node.inputs[0]
+    nb, m, n = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    _call(em, "qr", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, m, n, int(node.p["complete"])])
+
+
+@OPS.register("pinv")
+def _pinv(em, node, v, x):
+    a = node.inputs[0]
+    nb, m, n = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    em.body.append(f"{v} = {em.buffer(node)}")
+    _call(em, "pinv", a.dtype, _ptrs(ins + [v]) + [nb, m, n, repr(float(node.p["rcond"])),
+                                                   int(node.p["hermitian"])])
+
+
+@OPS.register("lstsq")
+def _lstsq(em, node, v, x):
+    a, b = node.inputs
+    S = em.sizes
+    ins = _operands(em, v, x)
+    nres = node.p["out_avals"][1][0][0]
+    _call(em, "lstsq", a.dtype, _ptrs(ins + _parts(em, node))
+          + [S(a.shape[0]), S(a.shape[1]), S(b.shape[1]), S(nres), repr(float(node.p["rcond"]))])

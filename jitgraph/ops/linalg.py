@@ -1,0 +1,839 @@
+"""Linear algebra: the `np.linalg` functions, their LAPACK primitives and their adjoints.
+
+Primitives (each one LAPACK call per matrix of a stack; the back ends loop over
+the batch dimensions):
+
+* `solve` (a, b) -> x for a (..., n, n) and b (..., n, k) of equal batch dims;
+* `cholesky` (a) -> L, reading the lower triangle;
+* `slogdet` (a) -> (sign, logabsdet);
+* `eigh` (a) -> (w, v), reading one triangle (`lower`);
+* `svd` (a) -> (u, s, vh), or (s,) without `compute_uv`; `hermitian` reads the lower
+  triangle, as NumPy's eigh-based path does;
+* `qr` (a) -> (q, r) (`complete` only where it changes the shapes: m > n);
+* `pinv` (a) -> the pseudo-inverse (its own primitive: the gradient through the SVD
+  is undefined at repeated singular values, pinv's is not);
+* `lstsq` (a, b) -> (x, residuals, rank, s) for 2-D a and b.
+
+The tuple-valued ones (`Primitive.multiple`) carry `out_avals` and are read by
+`proj` nodes, like control flow. NumPy's semantics are kept: integers and
+booleans compute in float64, float32 operands give float32 results (NumPy
+computes in float64 and rounds, as the compiled routines do), `inv` is `solve`
+against the identity (NumPy's own method), `det` is sign * exp(logabsdet)
+(NumPy's formula), `norm` is built from elementwise ops, reductions and `svd`.
+Eagerly and in the interpreter the values are NumPy's own; compiled, they match
+them to rounding (the same LAPACK routines, SciPy's build), except that a matrix
+holding inf or nan gives nan results (or NumPy's "SVD did not converge") where
+NumPy's exact nan pattern depends on LAPACK's arithmetic.
+
+Gradients follow the standard matrix-calculus results; where NumPy reads only
+one triangle of its operand (cholesky, eigh, hermitian svd/pinv) the adjoint
+lands on that triangle. Caveats (undefined points) are in each function's
+docstring.
+"""
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from ..core import EagerBox, Tensor, bind
+from ..errors import NotSupportedError, ShapeError, where
+from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, keepdims_shape, norm_axes,
+                         norm_axis, reshape, shape_of, swapaxes)
+from .elementwise import (absolute, add, divide, equal, exp, multiply, not_equal, power, sqrt, subtract,
+                          where_)
+from .products import matmul
+from .reduce import amax, amin, sum
+from .registry import implements, register
+from .shape import concatenate, expand_dims, moveaxis
+
+TUPLE = np.dtype(object)
+LinAlgError = np.linalg.LinAlgError
+
+_np_linalg = getattr(np.linalg, "_linalg", None)
+
+
+def _result_type(name, fields):
+    """NumPy's named result tuple (EighResult, ...), or an equal one where NumPy has none."""
+    return getattr(_np_linalg, name, None) or namedtuple(name, fields)
+
+
+EighResult = _result_type("EighResult", "eigenvalues eigenvectors")
+SVDResult = _result_type("SVDResult", "U S Vh")
+QRResult = _result_type("QRResult", "Q R")
+SlogdetResult = _result_type("SlogdetResult", "sign logabsdet")
+
+
+# ---- operands ---------------------------------------------------------------------------------
+def _float_dtype(*xs):
+    """The dtype NumPy's linalg returns (`_commonType`): float32 when every operand is float32,
+    else float64 (integers and booleans compute in float64)."""
+    dts = [np.dtype(x.dtype) for x in xs]
+    for d in dts:
+        if d.kind == "c":
+            raise NotSupportedError(f"np.linalg of complex arrays is not supported{where()}")
+        if d.kind == "f" and d not in (np.float32, np.float64):
+            raise TypeError(f"array type {d.name} is unsupported in linalg{where()}")
+    return np.dtype(np.float32) if all(d == np.float32 for d in dts) else np.dtype(np.float64)
+
+
+def _operands(*xs):
+    return [as_operand(x) for x in xs]
+
+
+def _traced(*xs):
+    return builtins.any(isinstance(x, Tensor) for x in xs)
+
+
+def _stacked_2d(a):
+    nd = len(shape_of(a))
+    if nd < 2:
+        raise LinAlgError(f"{nd}-dimensional array given. Array must be at least two-dimensional{where()}")
+
+
+def _stacked_square(a):
+    _stacked_2d(a)
+    s = shape_of(a)
+    if s[-1] != s[-2]:
+        raise LinAlgError(f"Last 2 dimensions of the array must be square{where()}")
+
+
+def _two_d(*xs):
+    for x in xs:
+        nd = len(shape_of(x))
+        if nd != 2:
+            raise LinAlgError(f"{nd}-dimensional array given. Array must be two-dimensional{where()}")
+
+
+def _T(x):
+    """Each matrix of a stack transposed."""
+    return swapaxes(x, -1, -2)
+
+
+def _eye(n, dtype):
+    return np.eye(n, dtype=dtype)
+
+
+def _diag_embed(v):
+    """(..., n) -> (..., n, n) diagonal matrices."""
+    n = shape_of(v)[-1]
+    return multiply(expand_dims(v, -1), _eye(n, v.dtype))
+
+
+def _mask(n, dtype, k=0, upper=False):
+    """Constant 0/1 matrix: the lower (upper) triangle from diagonal k (-k)."""
+    m = np.tril(np.ones((n, n)), k)
+    return (m.T if upper else m).astype(dtype)
+
+
+def _from_triangle(g, lower):
+    """The adjoint for a function that reads one triangle of its square operand and takes the
+    other from symmetry, given g, its adjoint as a function of the symmetric matrix: the
+    strict triangle gets g + g^T, the diagonal g's own."""
+    n = shape_of(g)[-1]
+    w = _mask(n, np.float64, -1, upper=not lower) + 0.5 * np.eye(n)
+    return multiply(add(g, _T(g)), w.astype(g.dtype))
+
+
+def _part(t, node, k):
+    """Element k of tuple-valued `node`'s value t (arrays, or a recording value)."""
+    shape, dtype = node.p["out_avals"][k]
+    return bind("proj", t, index=k, shape=tuple(shape), dtype=dtype)
+
+
+def _bind_multi(op, args, params, avals):
+    """Bind tuple-valued primitive `op`; returns its elements (proj values)."""
+    avals = tuple((tuple(int(d) for d in s), np.dtype(d)) for s, d in avals)
+    t = bind(op, *args, **dict(params, out_avals=avals))
+    return [bind("proj", t, index=k, shape=s, dtype=d) for k, (s, d) in enumerate(avals)]
+
+
+# ---- shape rules -------------------------------------------------------------------------------
+def _float_aval(aval, op):
+    shape, dtype = tuple(aval[0]), np.dtype(aval[1])
+    if dtype not in (np.float32, np.float64):
+        raise ShapeError(f"{op}: expected a float32 or float64 operand, got {dtype.name}")
+    if len(shape) < 2:
+        raise ShapeError(f"{op}: expected a stack of matrices (..., m, n), got shape {shape}")
+    return shape, dtype
+
+
+def _square_aval(aval, op):
+    shape, dtype = _float_aval(aval, op)
+    if shape[-1] != shape[-2]:
+        raise ShapeError(f"{op}: expected square matrices (..., n, n), got shape {shape}")
+    return shape, dtype
+
+
+def _check_avals(op, got, want):
+    want = tuple((tuple(s), np.dtype(d)) for s, d in want)
+    got = tuple((tuple(s), np.dtype(d)) for s, d in got)
+    if got != want:
+        raise ShapeError(f"{op}: out_avals {got} do not match the operands ({want})")
+    return (), TUPLE
+
+
+def _solve_abs(a, b):
+    sa, da = _square_aval(a, "solve")
+    sb, db = _float_aval(b, "solve")
+    if len(sb) != len(sa) or sb[:-2] != sa[:-2] or sb[-2] != sa[-1] or db != da:
+        raise ShapeError(f"solve: a {da.name}{list(sa)} and b {db.name}{list(sb)} do not fit "
+                         "(need (..., n, n) and (..., n, k) of one dtype and equal batch dims)")
+    return sb, db
+
+
+def _cholesky_abs(a):
+    return _square_aval(a, "cholesky")
+
+
+def _slogdet_avals(shape, dtype):
+    return [(shape[:-2], dtype), (shape[:-2], dtype)]
+
+
+def _eigh_avals(shape, dtype):
+    return [(shape[:-1], dtype), (shape, dtype)]
+
+
+def _svd_avals(shape, dtype, full_matrices, compute_uv):
+    m, n = shape[-2:]
+    k, batch = min(m, n), shape[:-2]
+    if not compute_uv:
+        return [(batch + (k,), dtype)]
+    um, vn = (m, n) if full_matrices else (k, k)
+    return [(batch + (m, um), dtype), (batch + (k,), dtype), (batch + (vn, n), dtype)]
+
+
+def _qr_avals(shape, dtype, complete):
+    m, n = shape[-2:]
+    k = m if complete else min(m, n)
+    return [(shape[:-2] + (m, k), dtype), (shape[:-2] + (k, n), dtype)]
+
+
+def _lstsq_avals(sa, sb, dtype):
+    (m, n), k = sa, sb[-1]
+    return [((n, k), dtype), ((k,) if m > n else (0,), dtype), ((), np.dtype(np.int32)),
+            ((min(m, n),), dtype)]
+
+
+def _slogdet_abs(a, out_avals):
+    shape, dtype = _square_aval(a, "slogdet")
+    return _check_avals("slogdet", out_avals, _slogdet_avals(shape, dtype))
+
+
+def _eigh_abs(a, lower, out_avals):
+    shape, dtype = _square_aval(a, "eigh")
+    return _check_avals("eigh", out_avals, _eigh_avals(shape, dtype))
+
+
+def _svd_abs(a, full_matrices, compute_uv, hermitian, out_avals):
+    shape, dtype = (_square_aval if hermitian else _float_aval)(a, "svd")
+    return _check_avals("svd", out_avals, _svd_avals(shape, dtype, full_matrices, compute_uv))
+
+
+def _qr_abs(a, complete, out_avals):
+    shape, dtype = _float_aval(a, "qr")
+    return _check_avals("qr", out_avals, _qr_avals(shape, dtype, complete))
+
+
+def _pinv_abs(a, rcond, hermitian):
+    shape, dtype = (_square_aval if hermitian else _float_aval)(a, "pinv")
+    return shape[:-2] + (shape[-1], shape[-2]), dtype
+
+
+def _lstsq_abs(a, b, rcond, out_avals):
+    sa, da = _float_aval(a, "lstsq")
+    sb, db = _float_aval(b, "lstsq")
+    if len(sa) != 2 or len(sb) != 2 or sa[0] != sb[0] or da != db:
+        raise ShapeError(f"lstsq: a {da.name}{list(sa)} and b {db.name}{list(sb)} do not fit "
+                         "(need 2-D (m, n) and (m, k) of one dtype)")
+    return _check_avals("lstsq", out_avals, _lstsq_avals(sa, sb, da))
+
+
+# ---- NumPy reference implementations ---------------------------------------------------------
+def _lstsq_impl(a, b, rcond, out_avals):
+    a, b = np.asarray(a), np.asarray(b)
+    x, res, rank, s = np.linalg.lstsq(a, b, rcond=rcond)
+    want = out_avals[1][0]
+    if res.shape != want:
+        # NumPy leaves them out for a rank-deficient a; the static shape keeps them (see lstsq)
+        r = b.astype(np.float64) - a.astype(np.float64) @ x.astype(np.float64)
+        res = np.sum(r * r, axis=0).astype(x.dtype)
+    return x, res, np.int32(rank), s
+
+
+def _svd_impl(a, full_matrices, compute_uv, hermitian, out_avals):
+    r = np.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian)
+    return tuple(r) if compute_uv else (r,)
+
+
+# ---- flop counts (rough: the memory report's estimate) -----------------------------------------
+def _cubic(node, x=0):
+    """batch * m * n * min(m, n) of input x."""
+    shape = node.inputs[x].shape
+    m, n = shape[-2:]
+    return int(np.prod(shape[:-2], dtype=np.int64)) * m * n * min(m, n)
+
+
+def _solve_flops(node):
+    b = node.inputs[1].shape
+    return _cubic(node) + 2 * int(np.prod(b, dtype=np.int64)) * b[-2]
+
+
+# ---- adjoints ------------------------------------------------------------------------------------
+def _gap_inverse(w):
+    """F[..., i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (inf where w repeats)."""
+    n = shape_of(w)[-1]
+    d = subtract(expand_dims(w, -2), expand_dims(w, -1))
+    eye = np.eye(n, dtype=bool)
+    return where_(eye, 0.0, divide(1.0, where_(eye, 1.0, d)))
+
+
+def _solve_b(g, out, a, b):
+    return _solve(_T(a), g)
+
+
+def _solve_a(g, out, a, b):
+    return -matmul(_solve(_T(a), g), _T(out))
+
+
+def _cholesky_vjp(g, L, a):
+    """A = L L^T: dL = L Phi(L^-1 dA L^-T) with Phi the lower triangle, diagonal halved, so the
+    adjoint is L^-T Phi(L^T g) L^-1, on the lower triangle (NumPy reads only that one)."""
+    n = shape_of(L)[-1]
+    phi = multiply(matmul(_T(L), g), (_mask(n, np.float64) - 0.5 * np.eye(n)).astype(g.dtype))
+    Linv = _solve(L, broadcast_to(_eye(n, L.dtype), shape_of(L)))
+    return _from_triangle(matmul(_T(Linv), matmul(phi, Linv)), lower=True)
+
+
+def _slogdet_vjp(cts, node, value_of):
+    """d logabsdet = tr(A^-1 dA); the sign has derivative zero where it is defined."""
+    g = cts[1]
+    if g is None:
+        return [None]
+    a = value_of(node.inputs[0])
+    n = shape_of(a)[-1]
+    inv_t = _solve(_T(a), broadcast_to(_eye(n, a.dtype), shape_of(a)))
+    return [multiply(expand_dims(expand_dims(g, -1), -1), inv_t)]
+
+
+def _eigh_vjp(cts, node, value_of):
+    """A = V diag(w) V^T: adjoint V (diag(w_bar) + F o (V^T V_bar)) V^T, F from the eigengaps."""
+    gw, gv = cts
+    t = value_of(node)
+    w, v = _part(t, node, 0), _part(t, node, 1)
+    inner = None
+    if gw is not None:
+        inner = _diag_embed(gw)
+    if gv is not None:
+        f = multiply(_gap_inverse(w), matmul(_T(v), gv))
+        inner = f if inner is None else add(inner, f)
+    if inner is None:
+        return [None]
+    return [_from_triangle(matmul(v, matmul(inner, _T(v))), node.p["lower"])]
+
+
+def _svd_adjoint(u, s, vh, gu, gs, gvh):
+    """The adjoint of A = U diag(s) Vh (reduced: U (m, k), Vh (k, n)) for cotangents gu, gs, gvh
+    (None: none), after Townsend, "Differentiating the Singular Value Decomposition" (2016)."""
+    m, n = shape_of(u)[-2], shape_of(vh)[-1]
+    k = shape_of(s)[-1]
+    v = _T(vh)
+    gv = _T(gvh) if gvh is not None else None
+    inner = _diag_embed(gs) if gs is not None else None
+    if gu is not None or gv is not None:
+        s2 = multiply(s, s)
+        f = _gap_inverse(s2)
+        if gu is not None:
+            j = multiply(f, matmul(_T(u), gu))
+            term = multiply(add(j, _T(j)), expand_dims(s, -2))          # (J + J^T) S
+            inner = term if inner is None else add(inner, term)
+        if gv is not None:
+            kk = multiply(f, matmul(_T(v), gv))
+            term = multiply(expand_dims(s, -1), add(kk, _T(kk)))        # S (K + K^T)
+            inner = term if inner is None else add(inner, term)
+    out = matmul(u, matmul(inner, vh)) if inner is not None else None
+    if gu is not None and m > k:        # (I - U U^T) gu S^-1 V^T
+        proj = subtract(gu, matmul(u, matmul(_T(u), gu)))
+        term = matmul(divide(proj, expand_dims(s, -2)), vh)
+        out = term if out is None else add(out, term)
+    if gv is not None and n > k:        # U S^-1 gv^T (I - V V^T)
+        proj = subtract(gv, matmul(v, matmul(vh, gv)))
+        term = matmul(u, divide(_T(proj), expand_dims(s, -1)))
+        out = term if out is None else add(out, term)
+    return out
+
+
+def _svd_vjp(cts, node, value_of):
+    p = node.p
+    a = value_of(node.inputs[0])
+    if not p["compute_uv"]:
+        if cts[0] is None:
+            return [None]
+        u, s, vh = svd(a, full_matrices=False, hermitian=p["hermitian"])
+        ga = matmul(u, multiply(expand_dims(cts[0], -1), vh))
+    else:
+        t = value_of(node)
+        u, s, vh = (_part(t, node, k) for k in range(3))
+        gu, gs, gvh = cts
+        m, n = shape_of(a)[-2:]
+        k = min(m, n)
+        if p["full_matrices"]:
+            # the extra columns of U (rows of Vh) are any orthonormal completion: their
+            # cotangents are left out, like the zero-derivative rows of a complete QR's R
+            u, vh = u[..., :, :k], vh[..., :k, :]
+            gu = gu[..., :, :k] if gu is not None else None
+            gvh = gvh[..., :k, :] if gvh is not None else None
+        ga = _svd_adjoint(u, s, vh, gu, gs, gvh)
+    if ga is None:
+        return [None]
+    return [_from_triangle(ga, lower=True) if p["hermitian"] else ga]
+
+
+def _copyltu(m):
+    """The lower triangle of m mirrored onto the upper one."""
+    n = shape_of(m)[-1]
+    low = multiply(m, _mask(n, m.dtype))
+    return add(low, _T(multiply(m, _mask(n, m.dtype, -1))))
+
+
+def _qr_square_adjoint(q, r, gq, gr):
+    """Adjoint of A = Q R for m >= n (Q (m, n), R (n, n)): with M = R gr^T - gq^T Q,
+    A_bar = (gq + Q copyltu(M)) R^-T (Liao et al. 2019)."""
+    m = None
+    if gr is not None:
+        m = matmul(r, _T(gr))
+    if gq is not None:
+        qq = matmul(_T(gq), q)
+        m = -qq if m is None else subtract(m, qq)
+    b = matmul(q, _copyltu(m))
+    if gq is not None:
+        b = add(b, gq)
+    return _T(_solve(r, _T(b)))
+
+
+def _qr_vjp(cts, node, value_of):
+    """QR's adjoint (R invertible); a wide A = [X | Y] is QR of X with R = [U | Q^T Y]."""
+    gq, gr = cts
+    if gq is None and gr is None:
+        return [None]
+    a = value_of(node.inputs[0])
+    t = value_of(node)
+    q, r = _part(t, node, 0), _part(t, node, 1)
+    m, n = shape_of(a)[-2:]
+    if m >= n:
+        if node.p["complete"]:
+            # Q's columns past n complete it arbitrarily (cotangents left out); R's rows past
+            # n are zeros
+            q, r = q[..., :, :n], r[..., :n, :]
+            gq = gq[..., :, :n] if gq is not None else None
+            gr = gr[..., :n, :] if gr is not None else None
+        return [_qr_square_adjoint(q, r, gq, gr)]
+    y, u = a[..., :, m:], r[..., :, :m]
+    gu = gr[..., :, :m] if gr is not None else None
+    gy = None
+    if gr is not None:
+        gv = gr[..., :, m:]
+        gy = matmul(q, gv)
+        extra = matmul(y, _T(gv))
+        gq = extra if gq is None else add(gq, extra)
+    gx = _qr_square_adjoint(q, u, gq, gu)
+    if gy is None:
+        gy = np.zeros(shape_of(y), a.dtype)
+    return [concatenate([gx, gy], axis=-1)]
+
+
+def _pinv_adjoint(g, p, a):
+    """dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P (Golub and Pereyra 1973), where
+    the rank is locally constant."""
+    t1 = -matmul(_T(p), matmul(g, _T(p)))
+    t2 = matmul(matmul(_T(g), p), _T(p))
+    t2 = subtract(t2, matmul(a, matmul(p, t2)))
+    t3 = matmul(_T(p), matmul(p, _T(g)))
+    t3 = subtract(t3, matmul(matmul(t3, p), a))
+    return add(add(t1, t2), t3)
+
+
+def _pinv_vjp(g, out, a, rcond, hermitian):
+    if not hermitian:
+        return _pinv_adjoint(g, out, a)
+    # NumPy's hermitian path (eigh) reads the lower triangle: out is the pseudo-inverse of the
+    # symmetric matrix that triangle defines
+    return _from_triangle(_pinv_adjoint(g, out, _copyltu(a)), lower=True)
+
+
+def _lstsq_vjp(cts, node, value_of):
+    """x = pinv(a) b (the minimum-norm least-squares solution), residuals = sum((b - a x)^2),
+    s = the singular values; valid where the rank is locally constant."""
+    gx, gres, _, gs = cts
+    a, b = (value_of(i) for i in node.inputs)
+    t = value_of(node)
+    x = _part(t, node, 0)
+    ga = gb = None
+
+    def acc(u, v):
+        return v if u is None else add(u, v)
+
+    if gx is not None or gres is not None:
+        r = subtract(b, matmul(a, x))
+    if gx is not None:
+        p = pinv(a, rcond=node.p["rcond"])
+        gb = matmul(_T(p), gx)
+        ga = add(-matmul(gb, _T(x)), matmul(r, _T(matmul(p, gb))))
+        px = matmul(_T(p), x)
+        ga = add(ga, matmul(px, _T(subtract(gx, matmul(p, matmul(a, gx))))))
+    if gres is not None and shape_of(gres)[0]:
+        rg = multiply(r, expand_dims(gres, 0))
+        gb = acc(gb, multiply(rg, 2.0))
+        ga = acc(ga, multiply(matmul(rg, _T(x)), -2.0))
+    if gs is not None:
+        u, _, vh = svd(a, full_matrices=False)
+        ga = acc(ga, matmul(u, multiply(expand_dims(gs, -1), vh)))
+    return [ga, gb]
+
+
+# ---- primitives ----------------------------------------------------------------------------------
+def _marks(onnx):
+    """The CUDA and ONNX marks of a LAPACK primitive."""
+    return {"host_only": "LAPACK routines (np.linalg.*)", "onnx": onnx}
+
+
+register("solve", "linalg", _solve_abs, lambda a, b: np.linalg.solve(a, b), (_solve_a, _solve_b),
+         flops=_solve_flops, **_marks("ONNX has no linear-solve operator"))
+register("cholesky", "linalg", _cholesky_abs, lambda a: np.linalg.cholesky(a),
+         (lambda g, out, a: _cholesky_vjp(g, out, a),), flops=lambda node: _cubic(node) // 3,
+         **_marks("ONNX has no Cholesky operator"))
+register("slogdet", "linalg", _slogdet_abs, lambda a, out_avals: tuple(np.linalg.slogdet(a)),
+         _slogdet_vjp, multiple=True, flops=lambda node: 2 * _cubic(node) // 3,
+         **_marks("ONNX has no log-determinant operator (its Det has no sign/log form, and ONNX "
+                  "Runtime runs Det in float32 only)"))
+register("eigh", "linalg", _eigh_abs,
+         lambda a, lower, out_avals: tuple(np.linalg.eigh(a, "L" if lower else "U")),
+         _eigh_vjp, multiple=True, flops=lambda node: 9 * _cubic(node),
+         **_marks("ONNX has no eigendecomposition operator"))
+register("svd", "linalg", _svd_abs, _svd_impl, _svd_vjp, multiple=True,
+         flops=lambda node: 12 * _cubic(node), **_marks("ONNX has no SVD operator"))
+register("qr", "linalg", _qr_abs,
+         lambda a, complete, out_avals: tuple(np.linalg.qr(a, "complete" if complete else "reduced")),
+         _qr_vjp, multiple=True, flops=lambda node: 4 * _cubic(node), **_marks("ONNX has no QR operator"))
+register("pinv", "linalg", _pinv_abs,
+         lambda a, rcond, hermitian: np.linalg.pinv(a, rcond=rcond, hermitian=hermitian),
+         (_pinv_vjp,), flops=lambda node: 14 * _cubic(node), **_marks("ONNX has no pseudo-inverse operator"))
+register("lstsq", "linalg", _lstsq_abs, _lstsq_impl, _lstsq_vjp, multiple=True,
+         flops=lambda node: 12 * _cubic(node), **_marks("ONNX has no least-squares operator"))
+
+
+# ---- the NumPy front end -------------------------------------------------------------------------
+def _solve(a, b):
+    """x with a x = b for a (..., n, n), b (..., n, k) of equal batch dims and one dtype."""
+    if _traced(a, b):
+        return bind("solve", a, b)
+    return np.linalg.solve(a, b)
+
+
+@implements(np.linalg.solve)
+def solve(a, b):
+    """np.linalg.solve: b of one dimension is a vector (broadcast against a stack), otherwise a
+    (stack of) matrices. A singular matrix raises LinAlgError("Singular matrix")."""
+    a, b = _operands(a, b)
+    _stacked_square(a)
+    if not _traced(a, b):
+        return np.linalg.solve(a, b)
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(b, dt)
+    sa, sb = tuple(shape_of(a)), tuple(shape_of(b))
+    n = sa[-1]
+    if len(sb) == 1:
+        if sb[0] != n:
+            raise ValueError(f"solve1: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                             f"signature (m,m),(m)->(m) (size {sb[0]} is different from {n}){where()}")
+        x = _solve(a, broadcast_to(reshape(b, (n, 1)), sa[:-2] + (n, 1)))
+        return reshape(x, sa[:-1])
+    if sb[-2] != n:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                         f"signature (m,m),(m,n)->(m,n) (size {sb[-2]} is different from {n}){where()}")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    return _solve(broadcast_to(a, batch + sa[-2:]), broadcast_to(b, batch + sb[-2:]))
+
+
+@implements(np.linalg.inv)
+def inv(a):
+    """np.linalg.inv, as NumPy computes it: a solve against the identity."""
+    a = as_operand(a)
+    _stacked_square(a)
+    if not _traced(a):
+        return np.linalg.inv(a)
+    a = cast(a, _float_dtype(a))
+    n = shape_of(a)[-1]
+    return _solve(a, broadcast_to(_eye(n, a.dtype), shape_of(a)))
+
+
+@implements(np.linalg.slogdet)
+def slogdet(a):
+    """np.linalg.slogdet: (sign, log|det|). The sign has no gradient; log|det|'s is inv(a)^T,
+    which needs an invertible a (LinAlgError otherwise)."""
+    a = as_operand(a)
+    _stacked_square(a)
+    if not _traced(a):
+        return np.linalg.slogdet(a)
+    a = cast(a, _float_dtype(a))
+    sign, logdet = _bind_multi("slogdet", [a], {}, _slogdet_avals(tuple(shape_of(a)), a.dtype))
+    return SlogdetResult(sign, logdet)
+
+
+@implements(np.linalg.det)
+def det(a):
+    """np.linalg.det, as NumPy computes it: sign * exp(logabsdet). Its gradient det * inv(a)^T
+    needs an invertible a (LinAlgError otherwise)."""
+    a = as_operand(a)
+    _stacked_square(a)
+    if not _traced(a):
+        return np.linalg.det(a)
+    sign, logdet = slogdet(a)
+    return multiply(sign, exp(logdet))
+
+
+@implements(np.linalg.cholesky)
+def cholesky(a, /, *, upper=False):
+    """np.linalg.cholesky: the lower factor L (a = L L^T), reading only a's lower triangle (with
+    upper=True the upper factor, reading the upper triangle). A matrix that is not positive
+    definite raises LinAlgError("Matrix is not positive definite"); the gradient lands on
+    the triangle read."""
+    a = as_operand(a)
+    _stacked_square(a)
+    if not _traced(a):
+        return np.linalg.cholesky(a, upper=upper)
+    a = cast(a, _float_dtype(a))
+    if upper:
+        return _T(bind("cholesky", _T(a)))
+    return bind("cholesky", a)
+
+
+@implements(np.linalg.eigh)
+def eigh(a, UPLO="L"):
+    """np.linalg.eigh: (eigenvalues ascending, eigenvectors), reading the UPLO triangle.
+
+    Gradients: the eigenvalues' is V diag(w_bar) V^T, defined everywhere; the eigenvectors'
+    is undefined where eigenvalues repeat (the eigenvectors are not unique there: expect inf or
+    nan). The adjoint lands on the triangle read."""
+    UPLO = str(UPLO).upper()
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"UPLO argument must be 'L' or 'U'{where()}")
+    a = as_operand(a)
+    _stacked_square(a)
+    if not _traced(a):
+        return np.linalg.eigh(a, UPLO)
+    a = cast(a, _float_dtype(a))
+    w, v = _bind_multi("eigh", [a], {"lower": UPLO == "L"}, _eigh_avals(tuple(shape_of(a)), a.dtype))
+    return EighResult(w, v)
+
+
+@implements(np.linalg.svd)
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """np.linalg.svd: (U, S, Vh), or S alone without compute_uv; hermitian=True reads a's lower
+    triangle (NumPy's eigh-based path).
+
+    Gradients: the singular values' is U diag(s_bar) Vh, defined everywhere; the singular
+    vectors' is undefined where singular values repeat (the vectors are not unique there:
+    expect inf or nan), and, for a non-square a, where a singular value is 0.
+    With full_matrices=True the columns of U (rows of Vh) past min(m, n) are an arbitrary
+    orthonormal completion: their cotangents are left out (as PyTorch does)."""
+    a = as_operand(a)
+    (_stacked_square if hermitian else _stacked_2d)(a)
+    if not _traced(a):
+        return np.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian)
+    a = cast(a, _float_dtype(a))
+    shape = tuple(shape_of(a))
+    # full matrices only where they differ from the reduced ones (NumPy's hermitian path is square)
+    full = bool(full_matrices) and shape[-1] != shape[-2] and not hermitian
+    params = {"full_matrices": full, "compute_uv": bool(compute_uv), "hermitian": bool(hermitian)}
+    parts = _bind_multi("svd", [a], params, _svd_avals(shape, a.dtype, full, bool(compute_uv)))
+    return SVDResult(*parts) if compute_uv else parts[0]
+
+
+@implements(np.linalg.qr)
+def qr(a, mode="reduced"):
+    """np.linalg.qr with mode 'reduced', 'complete' or 'r' ('raw' is not supported).
+
+    The gradient needs R invertible (a of full rank). For a complete Q of a tall a, Q's
+    columns past n are an arbitrary orthonormal completion: their cotangents are left out."""
+    if mode in ("f", "full"):
+        mode = "reduced"
+    if mode not in ("reduced", "complete", "r"):
+        if mode in ("raw", "e", "economic"):
+            raise NotSupportedError(f"np.linalg.qr(mode={mode!r}) (Householder reflectors) is not "
+                                    f"supported; use mode='reduced', 'complete' or 'r'{where()}")
+        raise ValueError(f"Unrecognized mode '{mode}'{where()}")
+    a = as_operand(a)
+    _stacked_2d(a)
+    if not _traced(a):
+        return np.linalg.qr(a, mode)
+    a = cast(a, _float_dtype(a))
+    shape = tuple(shape_of(a))
+    complete = mode == "complete" and shape[-2] > shape[-1]
+    q, r = _bind_multi("qr", [a], {"complete": complete}, _qr_avals(shape, a.dtype, complete))
+    return r if mode == "r" else QRResult(q, r)
+
+
+def _rcond_value(rcond, what):
+    if isinstance(rcond, Tensor):
+        raise NotSupportedError(f"{what} must be a constant, not a traced value{where()}")
+    r = np.asarray(rcond)
+    if r.ndim:
+        raise NotSupportedError(f"{what} must be a scalar (one cutoff for every matrix){where()}")
+    return float(r)
+
+
+@implements(np.linalg.pinv)
+def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    """np.linalg.pinv (rcond or rtol, hermitian: a's lower triangle).
+
+    Its gradient is the pseudo-inverse's own (Golub and Pereyra), valid where the rank does not
+    change (no singular value at the cutoff); defined at repeated singular values."""
+    a = as_operand(a)
+    if not _traced(a):
+        return np.linalg.pinv(a, rcond=rcond, hermitian=hermitian, rtol=rtol)
+    if hermitian:
+        _stacked_square(a)
+    _stacked_2d(a)
+    a = cast(a, _float_dtype(a))
+    shape = tuple(shape_of(a))
+    if rcond is None:
+        if rtol is np._NoValue:
+            rcond = 1e-15
+        elif rtol is None:
+            rcond = max(shape[-2:]) * np.finfo(a.dtype).eps
+        else:
+            rcond = rtol
+    elif rtol is not np._NoValue:
+        raise ValueError(f"`rtol` and `rcond` can't be both set.{where()}")
+    rcond = _rcond_value(rcond, "pinv's rcond")
+    if shape[-1] * shape[-2] == 0:
+        return broadcast_to(cast(0.0, a.dtype), shape[:-2] + (shape[-1], shape[-2]))
+    return bind("pinv", a, rcond=rcond, hermitian=bool(hermitian))
+
+
+@implements(np.linalg.lstsq)
+def lstsq(a, b, rcond=None):
+    """np.linalg.lstsq: (x, residuals, rank, s) for 2-D a and b of one or two dimensions.
+
+    Traced, a value's shape cannot depend on the data: residuals have the shape NumPy gives a
+    full-rank a ((k,) when m > n, else (0,)); where a turns out rank-deficient, NumPy returns
+    an empty array and jitgraph the residuals' sums of squares all the same. Eagerly the
+    result is NumPy's exactly. Gradients (x, residuals, s) hold where the rank is locally
+    constant; rank has none."""
+    a, b = _operands(a, b)
+    if not _traced(a, b):
+        return np.linalg.lstsq(a, b, rcond=rcond)
+    is_1d = len(shape_of(b)) == 1
+    if is_1d:
+        b = reshape(b, (-1, 1))
+    _two_d(a, b)
+    (m, n), k = shape_of(a), shape_of(b)[-1]
+    if shape_of(b)[0] != m:
+        raise LinAlgError(f"Incompatible dimensions{where()}")
+    if m == 0 or n == 0 or k == 0:
+        raise NotSupportedError(f"np.linalg.lstsq of empty arrays is not supported on traced values{where()}")
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(b, dt)
+    rcond = np.finfo(np.float64).eps * max(m, n) if rcond is None else _rcond_value(rcond, "lstsq's rcond")
+    x, res, rank, s = _bind_multi("lstsq", [a, b], {"rcond": float(rcond)},
+                                  _lstsq_avals((m, n), (m, k), dt))
+    if isinstance(rank, EagerBox) and not isinstance(rank.value, Tensor) and m > n \
+            and int(rank.value) != n:
+        res = np.zeros((0,), dt)       # eagerly the rank is known: NumPy's empty residuals
+    return (reshape(x, (n,)) if is_1d else x), res, rank, s
+
+
+# ---- norm -----------------------------------------------------------------------------------------
+def _safe_sqrt(s):
+    """sqrt(s) for s >= 0 whose derivative at 0 is 0 (a subgradient of the 2-norm) rather than
+    inf * 0 = nan; the value is sqrt's exactly."""
+    zero = equal(s, 0)
+    return where_(zero, 0.0, sqrt(where_(zero, 1.0, s)))
+
+
+def _safe_root(s, p):
+    """s ** p (p < 1 a float of s's dtype) with derivative 0 at s == 0."""
+    zero = equal(s, 0)
+    return where_(zero, 0.0, power(where_(zero, 1.0, s), p))
+
+
+def _max0(x, axis, keepdims=False):
+    """max over axis, 0 for an empty axis (NumPy's initial=0)."""
+    if shape_of(x)[axis] == 0:
+        shape = keepdims_shape(shape_of(x), (axis,)) if keepdims else \
+            [d for i, d in enumerate(shape_of(x)) if i != axis]
+        return broadcast_to(cast(0.0, x.dtype), shape)
+    return amax(x, axis=axis, keepdims=keepdims)
+
+
+def _sum_squares(x, axis, keepdims=False):
+    return sum(multiply(x, x), axis=axis, keepdims=keepdims)
+
+
+@implements(np.linalg.norm)
+def norm(x, ord=None, axis=None, keepdims=False):
+    """np.linalg.norm with every vector and matrix order NumPy accepts for real input.
+
+    The 2-norm (and Frobenius norm, and p-norms) have gradient 0 at x = 0 (a subgradient)
+    instead of nan; the matrix 2-, -2- and nuclear norms go through the singular values (no
+    degenerate-value caveat: only their own gradient is used)."""
+    x = as_operand(x)
+    if not _traced(x):
+        return np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    if x.dtype.kind == "c":
+        raise NotSupportedError(f"np.linalg.norm of complex arrays is not supported{where()}")
+    if x.dtype.kind != "f":
+        x = cast(x, np.float64)
+    nd = x.ndim
+    if axis is None:
+        if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
+            r = _safe_sqrt(_sum_squares(reshape(x, (-1,)), 0))
+            return reshape(r, [1] * nd) if keepdims else r
+        axis = tuple(range(nd))
+    elif not isinstance(axis, tuple):
+        try:
+            axis = (int(axis),)
+        except Exception:
+            raise TypeError(f"'axis' must be None, an integer or a tuple of integers{where()}") from None
+    if len(axis) == 1:
+        ax = norm_axis(axis[0], nd)
+        if ord == np.inf:
+            return _max0(absolute(x), ax, keepdims)
+        if ord == -np.inf:
+            return amin(absolute(x), axis=ax, keepdims=keepdims)
+        if ord == 0:
+            return sum(cast(not_equal(x, 0), x.dtype), axis=ax, keepdims=keepdims)
+        if ord == 1:
+            return sum(absolute(x), axis=ax, keepdims=keepdims)
+        if ord is None or ord == 2:
+            return _safe_sqrt(_sum_squares(x, ax, keepdims))
+        if isinstance(ord, str):
+            raise ValueError(f"Invalid norm order '{ord}' for vectors{where()}")
+        p = float(ord)
+        s = sum(power(absolute(x), p), axis=ax, keepdims=keepdims)
+        return _safe_root(s, float(np.reciprocal(np.asarray(p, x.dtype))))
+    if len(axis) == 2:
+        row, col = norm_axis(axis[0], nd), norm_axis(axis[1], nd)
+        if row == col:
+            raise ValueError(f"Duplicate axes given.{where()}")
+        if ord in (2, -2, "nuc"):
+            s = svd(moveaxis(x, (row, col), (-2, -1)), compute_uv=False)
+            r = _max0(s, -1 % s.ndim) if ord == 2 else amin(s, axis=-1) if ord == -2 else sum(s, axis=-1)
+        elif ord in (1, -1):
+            c = col - 1 if col > row else col
+            t = sum(absolute(x), axis=row)
+            r = _max0(t, c) if ord == 1 else amin(t, axis=c)
+        elif ord in (np.inf, -np.inf):
+            rr = row - 1 if row > col else row
+            t = sum(absolute(x), axis=col)
+            r = _max0(t, rr) if ord == np.inf else amin(t, axis=rr)
+        elif ord in (None, "fro", "f"):
+            r = _safe_sqrt(_sum_squares(x, norm_axes((row, col), nd)))
+        else:
+            raise ValueError(f"Invalid norm order for matrices.{where()}")
+        if keepdims:
+            shape = list(shape_of(x))
+            shape[row] = shape[col] = 1
+            r = reshape(r, shape)
+        return r
+    raise ValueError(f"Improper number of dimensions to norm.{where()}")

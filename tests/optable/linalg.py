@@ -1,0 +1,134 @@
+"""Rows: np.linalg (solve, inv, det, slogdet, cholesky, eigh, svd, pinv, qr, lstsq, norm).
+
+Inputs are made well-conditioned inside each row (finite differences of a factorization are
+only stable away from singular matrices and repeated eigenvalues): `spd` builds a symmetric
+positive definite matrix a a^T + n I from the random argument, `wc` a diagonally dominated
+one. Functions of eigenvectors and singular vectors are written sign-invariantly (v * v,
+u diag(s) vh), as their signs are a convention of the LAPACK build.
+"""
+import numpy as np
+
+from . import op
+
+
+def spd(a):
+    n = a.shape[-1]
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=a.dtype)
+
+
+def wc(a):
+    return a + 3.0 * np.eye(a.shape[-1], dtype=a.dtype)
+
+
+def upper_noise(a):
+    """spd(a) plus junk above the diagonal: functions reading the lower triangle ignore it."""
+    n = a.shape[-1]
+    return spd(a) + a * np.triu(np.ones((n, n), a.dtype), 1)
+
+
+SQ = [((3, 3),), ((2, 4, 4),), ((1, 1),)]
+RECT = [((3, 3),), ((4, 3),), ((3, 4),), ((2, 4, 3),), ((2, 2, 3, 4),)]
+
+# solve and inv
+for _sa, _sb in [((3, 3), (3,)), ((3, 3), (3, 2)), ((2, 3, 3), (2, 3, 2)), ((2, 3, 3), (3,)),
+                 ((2, 1, 3, 3), (4, 3, 2)), ((3, 3), (2, 3, 1))]:
+    op("linalg.solve", lambda a, b: np.linalg.solve(wc(a), b), (_sa, _sb))
+op("linalg.solve-spd", lambda a, b: np.linalg.solve(spd(a), b), ((4, 4), (4, 3)))
+op("linalg.inv", lambda a: np.linalg.inv(wc(a)), *SQ)
+op("linalg.inv-spd", lambda a: np.linalg.inv(spd(a)), ((3, 3),))
+
+# determinants
+op("linalg.det", lambda a: np.linalg.det(wc(a)), *SQ)
+op("linalg.det-scalar", lambda a: np.linalg.det(wc(a)) ** 2, ((3, 3),))
+op("linalg.slogdet", lambda a: np.linalg.slogdet(wc(a))[1], *SQ)
+op("linalg.slogdet-sign", lambda a: np.linalg.slogdet(-wc(a)).sign * np.linalg.slogdet(-wc(a)).logabsdet,
+   ((3, 3),))
+
+# Cholesky
+op("linalg.cholesky", lambda a: np.linalg.cholesky(spd(a)), *SQ)
+op("linalg.cholesky-upper", lambda a: np.linalg.cholesky(spd(a), upper=True), ((3, 3),), ((2, 3, 3),))
+op("linalg.cholesky-lower-read", lambda a: np.linalg.cholesky(upper_noise(a)), ((3, 3),))
+op("linalg.cholesky-solve", lambda a, b: np.linalg.solve(np.linalg.cholesky(spd(a)), b), ((4, 4), (4, 2)))
+
+# symmetric eigendecomposition
+op("linalg.eigh-w", lambda a: np.linalg.eigh(spd(a))[0], *SQ)
+op("linalg.eigh-vv", lambda a: np.linalg.eigh(spd(a)).eigenvectors ** 2, ((3, 3),), ((2, 4, 4),))
+op("linalg.eigh-recon", lambda a: (lambda w, v: (v * w[..., None, :]) @ np.swapaxes(v, -1, -2))(
+    *np.linalg.eigh(spd(a))), ((3, 3),))
+op("linalg.eigh-L-read", lambda a: np.linalg.eigh(upper_noise(a))[1] ** 2, ((3, 3),))
+op("linalg.eigh-U", lambda a: np.linalg.eigh(np.swapaxes(upper_noise(a), -1, -2), UPLO="U")[0]
+   + np.sum(np.linalg.eigh(np.swapaxes(upper_noise(a), -1, -2), "U")[1] ** 2, axis=-1), ((3, 3),))
+
+
+# singular value decomposition
+def _svd_parts(a, full):
+    u, s, vh = np.linalg.svd(a, full_matrices=full)
+    k = s.shape[-1]
+    uk, vk = u[..., :, :k], vh[..., :k, :]
+    # sign-invariant: U diag(s) Vh, the columns' squares, and s
+    return np.concatenate([((uk * s[..., None, :]) @ vk).reshape(a.shape[:-2] + (-1,)),
+                           (uk * uk).reshape(a.shape[:-2] + (-1,)), s * s], axis=-1)
+
+
+op("linalg.svd-s", lambda a: np.linalg.svd(a)[1], *RECT)
+op("linalg.svd", lambda a: _svd_parts(a, False), *RECT)
+op("linalg.svd-full", lambda a: _svd_parts(a, True), ((4, 3),), ((3, 4),), ((2, 3, 3),))
+op("linalg.svd-vh", lambda a: np.linalg.svd(a, full_matrices=False)[2] ** 2, ((3, 4),), ((4, 3),))
+op("linalg.svd-uv=False", lambda a: np.linalg.svd(a, compute_uv=False), *RECT)
+op("linalg.svd-hermitian", lambda a: np.linalg.svd(wc(a) + np.swapaxes(wc(a), -1, -2), hermitian=True)[1],
+   ((3, 3),), ((2, 3, 3),))
+op("linalg.svd-hermitian-uv=False",
+   lambda a: np.linalg.svd(-upper_noise(a), compute_uv=False, hermitian=True), ((3, 3),))
+
+# pseudo-inverse
+op("linalg.pinv", lambda a: np.linalg.pinv(a), *RECT)
+op("linalg.pinv-rcond", lambda a: np.linalg.pinv(a, rcond=1e-10), ((4, 3),))
+op("linalg.pinv-rtol", lambda a: np.linalg.pinv(a, rtol=None), ((3, 4),))
+op("linalg.pinv-hermitian", lambda a: np.linalg.pinv(-upper_noise(a), hermitian=True),
+   ((3, 3),))
+op("linalg.pinv-orthogonal", lambda a: np.linalg.pinv(np.linalg.qr(a)[0] * 2.0), ((3, 3),))
+
+
+# QR
+def _qr_complete(a):
+    q, r = np.linalg.qr(a, mode="complete")
+    n = a.shape[-1]
+    return np.concatenate([q[..., :, :n].reshape(a.shape[:-2] + (-1,)), r.reshape(a.shape[:-2] + (-1,))], -1)
+
+
+op("linalg.qr-q", lambda a: np.linalg.qr(a)[0], *RECT)
+op("linalg.qr-r", lambda a: np.linalg.qr(a).R, *RECT)
+op("linalg.qr-qr", lambda a: np.linalg.qr(a)[0] @ np.linalg.qr(a)[1] * 0.5 + np.linalg.qr(a)[1][..., :1, :],
+   ((4, 3),), ((3, 4),))
+op("linalg.qr-mode-r", lambda a: np.linalg.qr(a, mode="r"), ((4, 3),), ((3, 4),))
+op("linalg.qr-complete", _qr_complete, ((4, 3),), ((3, 3),), ((2, 5, 2),))
+
+
+# least squares
+def _lstsq_parts(a, b, **kw):
+    x, res, rank, s = np.linalg.lstsq(a, b, **kw)
+    return np.concatenate([x.ravel(), res, s])
+
+
+op("linalg.lstsq", _lstsq_parts, ((5, 3), (5,)), ((5, 3), (5, 2)), ((3, 5), (3, 2)), ((4, 4), (4, 1)))
+op("linalg.lstsq-rcond", lambda a, b: _lstsq_parts(a, b, rcond=1e-12), ((6, 2), (6, 3)))
+op("linalg.lstsq-x", lambda a, b: np.linalg.lstsq(a, b)[0], ((5, 3), (5, 2)))
+
+# norms: every vector order, every matrix order, every axis form, keepdims
+for _ord in [None, 2, 1, np.inf, -np.inf, 3, 0.5, -1.5]:
+    op(f"linalg.norm-vec[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, ord=_o), ((5,),), domain="nonzero")
+    op(f"linalg.norm-vec-axis[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, ord=_o, axis=-1),
+       ((2, 3, 4),), domain="nonzero")
+    op(f"linalg.norm-vec-axis-kd[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, _o, 1, True),
+       ((2, 3, 4),), domain="nonzero")
+op("linalg.norm-vec[ord=0]", lambda x: np.linalg.norm(x, 0) + np.sum(x), ((5,),), domain="nonzero")
+op("linalg.norm-vec[ord=2]-2d", lambda x: np.linalg.norm(x, axis=0), ((3, 4),))
+for _ord in [None, "fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf]:
+    op(f"linalg.norm-mat[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, ord=_o), ((3, 4),))
+    op(f"linalg.norm-mat-axes[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, ord=_o, axis=(2, 0)),
+       ((3, 2, 4),))
+    op(f"linalg.norm-mat-axes-kd[ord={_ord}]", lambda x, _o=_ord: np.linalg.norm(x, _o, (-2, -1), True),
+       ((2, 3, 4),))
+op("linalg.norm-all", lambda x: np.linalg.norm(x), ((2, 3, 4),))
+op("linalg.norm-all-kd", lambda x: np.linalg.norm(x, keepdims=True), ((2, 3),))
+op("linalg.norm-fro-tuple", lambda x: np.linalg.norm(x, "fro", axis=(0, 1)), ((3, 4),))
