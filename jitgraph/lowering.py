@@ -9,8 +9,10 @@ sees: the graph, the generated source, the fusion groups, the memory report.
 """
 import hashlib
 import linecache
+import os
 import random
 import sys
+import sysconfig
 import time
 
 import numba
@@ -171,7 +173,24 @@ def _rng_states(fun):
 def _refuse_random_draws(fun, abstract, argnums, options, guard_fun):
     """A trace drew random numbers: find the line (tracing again, comparing the generators'
     states after each line of the user's code) and raise, since the compiled function would
-    repeat those numbers forever."""
+    repeat those numbers forever. Another thread drawing meanwhile (a Dask worker, say) moves
+    the generators too, at no fixed line: the line must be found twice to count."""
+    first = _line_of_draw(fun, abstract, argnums, options, guard_fun)
+    if first is None or _line_of_draw(fun, abstract, argnums, options, guard_fun) != first:
+        return
+    filename, lineno = first
+    line = linecache.getline(filename, lineno).strip()
+    raise TracingError(
+        f"{fname(guard_fun)} draws random numbers while it is traced (at {filename}:{lineno}: {line}): "
+        "a compiled function would return the same numbers on every call. Draw them outside and pass "
+        "them as an argument (f(x, rng.standard_normal(3))), or use the eager jg.value_and_grad")
+
+
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def _line_of_draw(fun, abstract, argnums, options, guard_fun):
+    """(filename, line) of the user's line after which the generators' states changed, or None."""
     found, last = [], [None, _rng_states(guard_fun)]
 
     def line_tracer(frame, event, arg):
@@ -183,21 +202,15 @@ def _refuse_random_draws(fun, abstract, argnums, options, guard_fun):
         return line_tracer
 
     def call_tracer(frame, event, arg):
-        return None if is_library_frame(frame) else line_tracer
+        library = is_library_frame(frame) or os.path.abspath(frame.f_code.co_filename).startswith(_STDLIB)
+        return None if library else line_tracer
 
     sys.settrace(call_tracer)
     try:
         trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"])
     finally:
         sys.settrace(None)
-    if not found:       # another thread drew meanwhile: not this function's doing
-        return
-    filename, lineno = found[0]
-    line = linecache.getline(filename, lineno).strip()
-    raise TracingError(
-        f"{fname(guard_fun)} draws random numbers while it is traced (at {filename}:{lineno}: {line}): "
-        "a compiled function would return the same numbers on every call. Draw them outside and pass "
-        "them as an argument (f(x, rng.standard_normal(3))), or use the eager jg.value_and_grad")
+    return found[0] if found else None
 
 
 def _abstract(a):

@@ -134,6 +134,10 @@ def _attr_guards(obj, attrs, out):
             return
         try:
             value = getattr(obj, attr)
+            if getattr(obj, attr) is not value:
+                # computed afresh on every read (ndarray.T, a property): no identity to guard;
+                # its inputs are the object itself, which is guarded
+                return
         except Exception:
             return
         out.append(("attr", obj, attr, value))

@@ -384,6 +384,16 @@ def test_attribute_reads_of_globals_retrace_when_changed():
         CFG.scale, CFG.inner.offset = 2.0, 1
 
 
+def test_attributes_computed_on_every_read_are_not_guarded_by_identity():
+    c = np.arange(6.0).reshape(2, 3)
+    f = jg.jit_grad(lambda a: np.sum(c.T * a))      # c.T is a new view object on every read
+    for _ in range(2):
+        v, g = f(np.ones((3, 2)))
+        assert v == 15.0
+        np.testing.assert_array_equal(g, c.T)
+    assert f.cache_info().traces == 1
+
+
 # ---- 11. jitgraph errors that name the mistake -------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float16, np.longdouble, np.complex128])
 def test_dtypes_jitgraph_does_not_compute_in_are_refused(dtype):
