@@ -353,7 +353,8 @@ def _fresh(result, args):
     """`result` of a function whose NumPy result is a new array: a copy where it is one of the
     arrays in `args`, and no longer a view where it was computed as one."""
     if isinstance(result, (tuple, list)):
-        return type(result)(_fresh(r, args) for r in result)
+        items = [_fresh(r, args) for r in result]
+        return result._make(items) if hasattr(result, "_make") else type(result)(items)
     if not isinstance(result, Tensor):
         return result
     given = [a for arg in args for a in (arg if isinstance(arg, (tuple, list)) else (arg,))]
