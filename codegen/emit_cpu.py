@@ -53,8 +53,13 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which
 # Numba compiles to libm calls, except the functions of codegen/mathlib.py, whose arithmetic
 # forms vectorize. mathlib's return float64: a float32 program converts their results back.
-MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min"}
-F64_RESULT = ("exp", "expm1", "tanh")
+MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min",
+           "lgamma": "_ml.gammaln",
+           **{name: f"_ml.{name}" for name in ("erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
+                                               "betaln", "gammainc", "gammaincc", "betainc", "betaincc")}}
+SPECIAL_IMPORT = "from jitgraph.codegen import mathlib as _ml"   # only where `_ml.` is used
+F64_RESULT = ("exp", "expm1", "tanh", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma", "betaln",
+              "gammainc", "gammaincc", "betainc", "betaincc")
 
 # op name -> lowering of a library op (a step of its own): fn(em, node, v, x); see ops_cpu.py
 OPS = Lowerings()
@@ -231,6 +236,9 @@ class Emitter(EmitterBase):
         src = list(head)
         for block in self.functions:
             src += [""] + block + [""]
+        if any("_ml." in line for block in self.functions for line in block) or \
+                any("_ml." in line for line in self.body):
+            src.insert(src.index("from jitgraph.codegen import runtime as _rt"), SPECIAL_IMPORT)
         if self.driver:
             src += ["", f"# {len(self.part.steps)} steps: the entry runs as Python, calling the compiled "
                     "loops and library routines above"]

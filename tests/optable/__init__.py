@@ -119,5 +119,5 @@ def _id(entry):
 
 
 # the rows, family by family (each module adds its entries when imported)
-for _family in ("elementwise", "reduce", "shape", "index", "products", "composite", "control"):
+for _family in ("elementwise", "reduce", "shape", "index", "products", "composite", "control", "special"):
     importlib.import_module(f"{__name__}.{_family}")
