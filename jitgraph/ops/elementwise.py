@@ -409,15 +409,13 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
 # the snapped quotient, inf/NaN); a zero divisor gives NumPy's NaN (fmod(a, 0)) and a / 0.
 # Integers: NumPy gives 0 for a zero divisor; fmod truncates (C's %), from the floor remainder.
 _INT_DIVISION = "zero divisor: NumPy's integer result 0 has no ONNX Mod/Div equivalent that avoids the division"
+# (ONNX: composites around Mod(fmod=1), in jitgraph/onnx_export.py)
 elementwise_prim("remainder", "{0} % {1} if {1} != 0 else fmod({0}, {1})", np.remainder,
-                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same,
-                 onnx="ONNX's Mod has C fmod semantics for floats; NumPy's remainder takes the "
-                 "divisor's sign (no exact composite keeps its signed zeros)")
+                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)
 elementwise_prim("floor_divide", "{0} // {1} if {1} != 0 else {0} / {1}", np.floor_divide, ZERO_GRADIENT,
-                 float_same, onnx="ONNX has no floor division of floats with NumPy's snapped quotient")
+                 float_same)
 elementwise_prim("fmod", "fmod({0}, {1})", np.fmod,
-                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same,
-                 onnx="ONNX's Mod(fmod=1) is not in the scalar language's operator set")
+                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)
 elementwise_prim("int_remainder", "{0} % {1} if {1} != 0 else 0", np.remainder, ZERO_GRADIENT,
                  onnx=_INT_DIVISION)
 elementwise_prim("int_floor_divide", "{0} // {1} if {1} != 0 else 0", np.floor_divide, ZERO_GRADIENT,
@@ -470,13 +468,12 @@ log10 = unary_float("log10", np.log10, "log10({0})", (lambda g, out, x: g / (x *
 elementwise_prim(
     "logaddexp", "{0} + 0.6931471805599453 if {0} == {1} else ({0} + log1p(exp({1} - {0})) if {0} > {1} "
     "else ({1} + log1p(exp({0} - {1})) if {0} < {1} else {0} - {1}))", np.logaddexp,
-    (lambda g, out, a, b: g * exp(a - out), lambda g, out, a, b: g * exp(b - out)), float_same,
-    onnx="ONNX has no log1p (log(1 + exp(-d)) loses the small results NumPy keeps)")
+    (lambda g, out, a, b: g * exp(a - out), lambda g, out, a, b: g * exp(b - out)), float_same)
 elementwise_prim(
     "logaddexp2", "{0} + 1.0 if {0} == {1} else ({0} + log1p(exp2({1} - {0})) * 1.4426950408889634 "
     "if {0} > {1} else ({1} + log1p(exp2({0} - {1})) * 1.4426950408889634 if {0} < {1} else {0} - {1}))",
     np.logaddexp2, (lambda g, out, a, b: g * exp2(a - out), lambda g, out, a, b: g * exp2(b - out)),
-    float_same, onnx="ONNX has no log1p (log(1 + 2^-d) loses the small results NumPy keeps)")
+    float_same)
 
 
 @implements(np.logaddexp)

@@ -51,9 +51,11 @@ def loop_dtype(ufunc, xs):
 
 
 def _special_prim(name, arity, expr, vjp, onnx="ONNX has no operator for it", **kw):
+    """A scipy.special ufunc as an elementwise primitive. ONNX: its export_expr, an emitter in
+    jitgraph/onnx_export.py (onnx=None), or the reason it has none."""
     ufunc = getattr(sc, name)
-    elementwise_prim(name, expr, ufunc, vjp, float_same,
-                     onnx=None if kw.get("export_expr") else f"scipy.special.{name}: {onnx}", **kw)
+    mark = None if kw.get("export_expr") or onnx is None else f"scipy.special.{name}: {onnx}"
+    elementwise_prim(name, expr, ufunc, vjp, float_same, onnx=mark, **kw)
 
     @implements(ufunc)
     def f(*xs):
@@ -75,7 +77,7 @@ expit = _special_prim("expit", 1, "1.0 / (1.0 + exp(-{0}))", (lambda g, out, x: 
 # SciPy's formula: log(x / (1 - x)), and log1p(2d) - log1p(-2d) with d = x - 1/2 near 1/2
 logit = _special_prim("logit", 1, "log({0} / (1.0 - {0})) if ({0} < 0.3) | ({0} > 0.65) else "
                       "log1p(2.0 * ({0} - 0.5)) - log1p(-2.0 * ({0} - 0.5))",
-                      (lambda g, out, x: g / (x * (1.0 - x)),), onnx="ONNX has no log1p")
+                      (lambda g, out, x: g / (x * (1.0 - x)),), onnx=None)
 
 
 @implements(sc.log_expit)
@@ -93,7 +95,7 @@ def _gauss(x):
 
 
 erf = _special_prim("erf", 1, "erf({0})", (lambda g, out, x: g * TWO_SQRT_PI * _gauss(x),),
-                    export_expr="erf({0})")
+                    onnx="ONNX Runtime implements Erf for float32 only (a float64 model would not run)")
 erfc = _special_prim("erfc", 1, "erfc({0})", (lambda g, out, x: -(g * TWO_SQRT_PI * _gauss(x)),),
                      onnx="ONNX has no erfc (1 - Erf loses every digit in the upper tail)")
 erfinv = _special_prim("erfinv", 1, "erfinv({0})", (lambda g, out, x: g * SQRT_PI_2 * ew.exp(out * out),))
@@ -175,8 +177,7 @@ xlogy = _special_prim("xlogy", 2, "0.0 if ({0} == 0) & ({1} == {1}) else {0} * l
     lambda g, out, x, y: g * ew.log(y), lambda g, out, x, y: _xlog_dy(g, x, y)),
     export_expr="0.0 if ({0} == 0) & ({1} == {1}) else {0} * log({1})")
 xlog1py = _special_prim("xlog1py", 2, "0.0 if ({0} == 0) & ({1} == {1}) else {0} * log1p({1})", (
-    lambda g, out, x, y: g * ew.log1p(y), lambda g, out, x, y: _xlog_dy(g, x, y + 1.0)),
-    onnx="ONNX has no log1p")
+    lambda g, out, x, y: g * ew.log1p(y), lambda g, out, x, y: _xlog_dy(g, x, y + 1.0)), onnx=None)
 
 
 def _entr_grad(g, out, x):
