@@ -651,7 +651,8 @@ def _floor_divide(b, node, ins, out):
     fl = b.op("Where", [b.op("Greater", [b.op("Sub", [div, fl]), _c(b, node, 0.5)]),
                         b.op("Add", [fl, _c(b, node, 1.0)]), fl])
     quotient = b.op("Div", [a, c])
-    fl = b.op("Where", [b.op("Equal", [div, _c(b, node, 0.0)]), b.op("Mul", [quotient, _c(b, node, 0.0)]), fl])
+    zero = b.op("Mul", [quotient, _c(b, node, 0.0)])     # the zero quotient with a / c's sign
+    fl = b.op("Where", [b.op("Equal", [div, _c(b, node, 0.0)]), zero, fl])
     b.op("Where", [b.op("Equal", [c, _c(b, node, 0.0)]), quotient, fl], out)
 
 

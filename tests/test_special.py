@@ -319,7 +319,8 @@ def test_scipy_python_functions_keep_scipy_semantics():
     x = rng.standard_normal((3, 4))
     b = rng.standard_normal((3, 4))
     calls = [lambda x: sc.logsumexp(x), lambda x: sc.logsumexp(x, axis=0, keepdims=True),
-             lambda x: sc.logsumexp(x, axis=(0, 1), b=b * b), lambda x: sc.logsumexp(x, b=b, axis=1, return_sign=True),
+             lambda x: sc.logsumexp(x, axis=(0, 1), b=b * b),
+             lambda x: sc.logsumexp(x, b=b, axis=1, return_sign=True),
              lambda x: sc.logsumexp(np.where(x > 0, -np.inf, x), axis=1), lambda x: sc.logsumexp(x * np.inf),
              lambda x: sc.softmax(x), lambda x: sc.softmax(x, axis=1), lambda x: sc.log_softmax(x),
              lambda x: sc.log_softmax(x, axis=-1), lambda x: sc.polygamma(2, x * x + 0.5),
@@ -345,14 +346,14 @@ def test_wrappers_are_installed_once():
 
 def test_other_scipy_functions_are_refused_by_name():
     x = np.linspace(0.5, 2.0, 4)
-    with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.gamma is not supported on traced values"):
+    with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.gamma is not supported on traced"):
         jg.grad(lambda x: np.sum(sc.gamma(x)))(x)
     with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.i0 is not supported"):
         jg.make_graph(lambda x: sc.i0(x))(x)
     # a Python function of scipy.special that converts its argument: named, not "conversion"
     with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.\w+ is not supported on traced values"):
         jg.make_graph(lambda x: sc.comb(x, 2))(x)
-    with pytest.raises(jg.GradError, match=r"scipy\.special\.gammainc has no derivative with respect to .*'a'"):
+    with pytest.raises(jg.GradError, match=r"scipy\.special\.gammainc has no derivative with respect.*'a'"):
         jg.grad(lambda a: np.sum(sc.gammainc(a, 2.0)))(x)
 
 
@@ -373,7 +374,8 @@ def test_import_does_not_import_scipy_stats():
 def _edge_program(x, y, i, j):
     return (x % y, x // y, np.fmod(x, y), np.divmod(x, y)[0], i % j, i // j, np.fmod(i, j),
             np.floor(x), np.ceil(x), np.trunc(x), np.rint(x), np.round(x, 1), np.round(i, -1),
-            np.isnan(x), np.isinf(x), np.isfinite(x), np.nan_to_num(x), np.nan_to_num(x, nan=-1.0, posinf=7.0),
+            np.isnan(x), np.isinf(x), np.isfinite(x), np.nan_to_num(x),
+            np.nan_to_num(x, nan=-1.0, posinf=7.0),
             np.fmax(x, y), np.fmin(x, y), np.copysign(x, y), np.heaviside(x, y), np.logaddexp(x, y),
             np.logaddexp2(x, y), np.sinc(x), np.clip(x, -1.0, y), np.floor(i), np.rint(i))
 
@@ -434,6 +436,6 @@ def test_elementwise_edges_cuda():
 def test_std_gradient_at_zero_is_zero():
     assert jg.grad(np.std)(3.5) == 0.0
     np.testing.assert_array_equal(jg.grad(np.std)(np.ones(4)), np.zeros(4))
-    np.testing.assert_array_equal(jg.grad(lambda x: np.sum(np.std(x, axis=1)))(np.array([[1.0, 1.0], [0.0, 2.0]])),
-                                  [[0.0, 0.0], [-0.5, 0.5]])
+    g = jg.grad(lambda x: np.sum(np.std(x, axis=1)))(np.array([[1.0, 1.0], [0.0, 2.0]]))
+    np.testing.assert_array_equal(g, [[0.0, 0.0], [-0.5, 0.5]])
     assert np.isnan(jg.eval_graph(jg.make_graph(np.std)(np.array([1.0, np.nan])), np.array([1.0, np.nan])))

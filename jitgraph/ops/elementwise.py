@@ -408,7 +408,8 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
 # Floats: `%` and `//` have Python's floor semantics, which are NumPy's (the sign of the divisor,
 # the snapped quotient, inf/NaN); a zero divisor gives NumPy's NaN (fmod(a, 0)) and a / 0.
 # Integers: NumPy gives 0 for a zero divisor; fmod truncates (C's %), from the floor remainder.
-_INT_DIVISION = "zero divisor: NumPy's integer result 0 has no ONNX Mod/Div equivalent that avoids the division"
+_INT_DIVISION = ("zero divisor: NumPy's integer result 0 has no ONNX Mod/Div equivalent that avoids "
+                 "the division")
 # (ONNX: composites around Mod(fmod=1), in jitgraph/onnx_export.py)
 elementwise_prim("remainder", "{0} % {1} if {1} != 0 else fmod({0}, {1})", np.remainder,
                  (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)

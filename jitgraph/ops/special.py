@@ -14,7 +14,6 @@ SciPy's function otherwise. (A name bound with `from scipy.special import logsum
 before the wrappers were installed still refers to SciPy's function.)
 """
 import functools
-import sys
 
 import numpy as np
 import scipy.special as sc

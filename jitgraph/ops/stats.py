@@ -207,8 +207,8 @@ def _shape_of_all(*xs):
 
 
 def _finish(out, shape):
-    out = broadcast_to(as_operand(out), shape)
-    return out
+    """The result in the shape of all the arguments broadcast together (as SciPy's)."""
+    return broadcast_to(as_operand(out), shape)
 
 
 def continuous(dist, method, x, args, kwds):

@@ -164,6 +164,7 @@ nondiff("floor-values", lambda x: np.floor(x * 5.0) + np.ceil(x * 5.0) + np.trun
 nondiff("fmax-int", lambda x: np.fmax(np.round(x * 3).astype(np.int64), 1), ((3, 4),))
 nondiff("nan_to_num-int", lambda x: np.nan_to_num(np.round(x * 3).astype(np.int64)), ((3, 4),))
 # integer division inside a differentiable program (the integer results have no gradient)
-op("int-division-weights", lambda x: x * (np.round(x * 5.0).astype(np.int8) % np.array([3, -2, 4, 0], np.int8))
+op("int-division-weights", lambda x: x * (np.round(x * 5.0).astype(np.int8)
+                                         % np.array([3, -2, 4, 0], np.int8))
    + x * (np.round(x * 5.0).astype(np.int16) // np.array([3, -2, 0, 2], np.int16))
    + x * np.fmod(np.round(x * 5.0).astype(np.int8), np.array([0, -3, 2, 4], np.int8)), ((3, 4),))
