@@ -15,6 +15,7 @@ from numba import cuda
 
 from jitgraph.ops.scalar import FUNCTIONS
 
+from . import mathlib
 from .cuda_config import COL_BLOCKS, MAX_BLOCKS, MAX_CHUNKS, SIM, TILE, TPB
 
 if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
@@ -58,16 +59,76 @@ if SIM:
     _thread_safe_simulator_shared_arrays()
 
 # ---- scalar math used inside kernels ----------------------------------------------------------
-# Generated kernels call the scalar language's functions by their C names on `fmath`: the
-# math module, which numba.cuda compiles to CUDA's libdevice. The simulator runs kernels as
-# Python, where NumPy's functions give inf/nan as the GPU does (log(0), sqrt(-1) on a where()
-# branch that is not taken) instead of raising like the math module.
-if SIM:
-    fmath = types.SimpleNamespace(**{
-        fn.c: getattr(np, fn.numpy) if fn.numpy else getattr(math, fn.c)
-        for fn in FUNCTIONS.values() if fn.c})
-else:
-    fmath = math
+# Generated kernels call the scalar language's functions by their C names on `fmath`. On the GPU
+# it is a module holding the math module's functions, which numba.cuda compiles to CUDA's
+# libdevice, with device functions in place of those that would differ from NumPy there
+# (math.floor/ceil/trunc return integers; the math module has no rint) and for SciPy's special
+# functions: their Python source in codegen/mathlib.py, compiled as device functions. The
+# simulator runs kernels as Python, where NumPy's and SciPy's functions give inf/nan as the GPU
+# does (log(0), sqrt(-1) on a where() branch that is not taken) instead of raising like the math
+# module; its floor/ceil/trunc/rint are NumPy's, which return floats like the device functions.
+def _simulator_math():
+    import scipy.special
+
+    def pick(fn):
+        if fn.numpy:
+            return getattr(np, fn.numpy)
+        if fn.scipy:
+            return getattr(scipy.special, fn.scipy)
+        return getattr(math, fn.c)
+    return types.SimpleNamespace(**{fn.c: pick(fn) for fn in FUNCTIONS.values() if fn.c})
+
+
+def _device_specials():
+    """Device functions compiled from the Python source of codegen/mathlib.py's special
+    functions: each a copy of the function whose globals name the device versions of the
+    helpers it calls."""
+    scope = dict(vars(mathlib))
+    device = {}
+    for name, fn in {**mathlib.HELPERS, **mathlib.SPECIAL}.items():
+        py = fn.py_func
+        copy = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
+        device[name] = scope[name] = cuda.jit(device=True)(copy)
+    specials = {name: device[name] for name in mathlib.SPECIAL}
+    specials["lgamma"] = specials.pop("gammaln")     # the scalar language's name for it
+    return specials
+
+
+def _device_math():
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def floor(x):
+        return libdevice.floor(x)
+
+    @cuda.jit(device=True)
+    def ceil(x):
+        return libdevice.ceil(x)
+
+    @cuda.jit(device=True)
+    def trunc(x):
+        return libdevice.trunc(x)
+
+    @cuda.jit(device=True)
+    def rint(x):
+        return libdevice.rint(x)
+
+    @cuda.jit(device=True)
+    def exp2(x):
+        return libdevice.exp2(x)
+
+    mod = types.ModuleType("jitgraph_device_math")
+    for name in dir(math):
+        if not name.startswith("_"):
+            setattr(mod, name, getattr(math, name))
+    overrides = {"floor": floor, "ceil": ceil, "trunc": trunc, "rint": rint, "exp2": exp2,
+                 **_device_specials()}
+    for name, fn in overrides.items():
+        setattr(mod, name, fn)
+    return mod
+
+
+fmath = _simulator_math() if SIM else _device_math()
 
 
 @cuda.jit(device=True)

@@ -10,8 +10,10 @@ kernel with pdb. (NUMBA_DISABLE_JIT=1 gives the same for a whole process.)
 import types
 
 import numpy as np
+import scipy.special
 
 from . import runtime as _runtime
+from .mathlib import SPECIAL
 
 
 def njit(*args, **kwargs):
@@ -23,6 +25,7 @@ def njit(*args, **kwargs):
 prange = range
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
+mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL})
 runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", None)
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
                                                 "copy", "slot")})
@@ -35,6 +38,10 @@ _IMPORTS = {
         "from jitgraph.codegen.pymode import maximum as _max, minimum as _min",
     "from jitgraph.codegen import runtime as _rt": "from jitgraph.codegen.pymode import runtime as _rt",
 }
+# imported only by the kernels that call SciPy's special functions (SciPy's ufuncs here)
+_OPTIONAL_IMPORTS = {
+    "from jitgraph.codegen import mathlib as _ml": "from jitgraph.codegen.pymode import mathlib as _ml",
+}
 
 
 def python_kernel(source, entry="kernel"):
@@ -42,6 +49,8 @@ def python_kernel(source, entry="kernel"):
     for a, b in _IMPORTS.items():
         if a not in source:
             raise ValueError(f"generated source lacks the import {a!r}")
+        source = source.replace(a, b)
+    for a, b in _OPTIONAL_IMPORTS.items():
         source = source.replace(a, b)
     ns = {"__name__": "jitgraph_pymode_kernel"}
     exec(compile(source, "<jitgraph kernel (python mode)>", "exec"), ns)

@@ -10,6 +10,7 @@ from .errors import GradError, JitgraphError
 from .graph import Graph
 from .interpreter import evaluate
 from .numpy_api import as_operand, ones_like, shape_of, zeros_like
+from .ops import stats as scipy_functions
 from .tree import TreeDef, tree_flatten, tree_unflatten
 from .values import array_value, is_static_leaf, python_int_class, supported_dtype
 
@@ -119,6 +120,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
+        scipy_functions.install()
         single, nums = _norm_argnums(argnums, len(args), fname)
         if any(isinstance(x, Tracer) for a in nums for x in tree_flatten(args[a])[0]):
             return _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname)
@@ -219,6 +221,7 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
     value, then the gradient leaves (then aux leaves with `has_aux`), and
     `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
     """
+    scipy_functions.install()
     with tracing():
         return _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
 

@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from .errors import JitgraphError, NotSupportedError, ShapeError, TracingError, where
+from .errors import JitgraphError, NotSupportedError, ShapeError, TracingError, is_library_frame, where
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -708,6 +708,7 @@ class Tracer(Tensor):
         return self._refuse_array
 
     def _refuse_array(self, dtype=None, copy=None):
+        _refuse_library_conversion()
         self._concrete("conversion to a NumPy array")
 
     def item(self):
@@ -762,6 +763,7 @@ class EagerBox(Tensor):
         return self._refuse_array
 
     def _refuse_array(self, dtype=None, copy=None):
+        _refuse_library_conversion()
         raise JitgraphError(
             f"converting a recorded value to a NumPy array would cut it out of the gradient "
             f"tape{where()}; use jitgraph/NumPy operations on it, or .item() for a Python scalar")
@@ -789,6 +791,41 @@ def _refuse_numpy_conversion(kind):
             f"NumPy converted a traced value with {kind}() inside one of its functions, which would "
             f"cut it out of the graph: np.mean/np.std of a list of traced values do this. Stack the "
             f"values into one array first, e.g. np.mean(np.stack([a, b])){where()}")
+
+
+LIBRARY_HINTS = {}    # "scipy.special.logsumexp" -> a hint added to its refusal (ops/special.py)
+
+
+def _refuse_library_conversion():
+    """A SciPy function converting a traced value to an array (scipy.stats.norm.ppf(x),
+    scipy.stats.zscore(x)) does not support traced values: say which one."""
+    scipy = sys.modules.get("scipy")
+    if scipy is None:
+        return
+    root = os.path.dirname(scipy.__file__)
+    frame, frames = sys._getframe(2), []       # SciPy's frames, innermost first
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(root):
+            frames.append(frame)
+        elif frames and not frame.f_code.co_filename.startswith(_NUMPY_DIR):
+            break
+        frame = frame.f_back
+    if not frames:
+        return
+    # the function the user called: the outermost SciPy frame, decorators' wrappers aside
+    named = [f for f in frames if not f.f_code.co_name.startswith("_") and "wrapper" not in f.f_code.co_name]
+    outer = (named or frames)[-1]
+    package = ".".join(outer.f_globals.get("__name__", "scipy").split(".")[:2])
+    owner = outer.f_locals.get("self")
+    owner = getattr(owner, "dist", owner)
+    kind = getattr(owner, "name", None) or type(owner).__name__.removesuffix("_gen")
+    name = f"{package}.{kind}.{outer.f_code.co_name}" if owner is not None else \
+        f"{package}.{outer.f_code.co_name}"
+    hint = f"; {LIBRARY_HINTS[name]}" if name in LIBRARY_HINTS else ""
+    while frame is not None and is_library_frame(frame):
+        frame = frame.f_back
+    at = f" (at {frame.f_code.co_filename}:{frame.f_lineno})" if frame is not None else ""
+    raise NotSupportedError(f"{name} is not supported on traced values{hint}{at}")
 
 
 def unbox(x, trace):

@@ -591,6 +591,162 @@ def _wrap_index(b, node, ins, out):
     b.op("Mod", [ins[0], b.const(node.p["n"], node.dtype)], out, fmod=0)
 
 
+# ---- elementwise math and SciPy's special functions (jitgraph/ops/elementwise.py, special.py) ------
+# Composites of ONNX operators where the scalar expression calls functions ONNX lacks (log1p, a
+# floor-semantics Mod) or that ONNX Runtime runs only in float32 (Asin, Acos, Asinh, Acosh, Atanh).
+_LN2 = 0.6931471805599453
+
+
+def _c(b, node, value):
+    return b.const(value, node.dtype)
+
+
+def _log1p_of(b, node, x):
+    """log1p(x) (Kahan's formula, as the log1p emitter writes it) into a fresh value."""
+    out = b.fresh("log1p")
+    _log1p(b, node, [x], out)
+    return out
+
+
+def _inverse_trig(float32_op, composite):
+    def emit(b, node, ins, out):
+        if node.dtype == np.float32:
+            b.op(float32_op, ins, out)
+        else:
+            b.op("Identity", [composite(b, node, ins[0])], out)
+    return emit
+
+
+def _asin(b, node, x):
+    # atan(x / sqrt((1 - x)(1 + x))): +-pi/2 at +-1, NaN beyond
+    one = _c(b, node, 1.0)
+    root = b.op("Sqrt", [b.op("Mul", [b.op("Sub", [one, x]), b.op("Add", [one, x])])])
+    return b.op("Atan", [b.op("Div", [x, root])])
+
+
+def _acos(b, node, x):
+    # 2 atan(sqrt((1 - x) / (1 + x))): accurate near x = 1, pi at -1
+    one = _c(b, node, 1.0)
+    ratio = b.op("Div", [b.op("Sub", [one, x]), b.op("Add", [one, x])])
+    return b.op("Mul", [_c(b, node, 2.0), b.op("Atan", [b.op("Sqrt", [ratio])])])
+
+
+def _asinh(b, node, x):
+    # sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), and log(2|x|) where x^2 would overflow
+    a = b.op("Abs", [x])
+    one = _c(b, node, 1.0)
+    a2 = b.op("Mul", [a, a])
+    y = b.op("Add", [a, b.op("Div", [a2, b.op("Add", [one, b.op("Sqrt", [b.op("Add", [one, a2])])])])])
+    r = _log1p_of(b, node, y)
+    big = b.op("Greater", [a, _c(b, node, 1e150)])
+    r = b.op("Where", [big, b.op("Add", [b.op("Log", [a]), _c(b, node, _LN2)]), r])
+    return b.op("Where", [b.op("Less", [x, _c(b, node, 0.0)]), b.op("Neg", [r]), r])
+
+
+def _acosh(b, node, x):
+    # log1p(t + sqrt(t (t + 2))) with t = x - 1, and log(2x) where t^2 would overflow
+    t = b.op("Sub", [x, _c(b, node, 1.0)])
+    y = b.op("Add", [t, b.op("Sqrt", [b.op("Mul", [t, b.op("Add", [t, _c(b, node, 2.0)])])])])
+    big = b.op("Greater", [x, _c(b, node, 1e150)])
+    return b.op("Where", [big, b.op("Add", [b.op("Log", [x]), _c(b, node, _LN2)]), _log1p_of(b, node, y)])
+
+
+def _atanh(b, node, x):
+    # log1p(2x / (1 - x)) / 2
+    ratio = b.op("Div", [b.op("Mul", [_c(b, node, 2.0), x]), b.op("Sub", [_c(b, node, 1.0), x])])
+    return b.op("Mul", [_c(b, node, 0.5), _log1p_of(b, node, ratio)])
+
+
+for _name, _op, _composite in [("arcsin", "Asin", _asin), ("arccos", "Acos", _acos),
+                                ("arcsinh", "Asinh", _asinh), ("arccosh", "Acosh", _acosh),
+                                ("arctanh", "Atanh", _atanh)]:
+    _emits(_name)(_inverse_trig(_op, _composite))
+
+
+def _logaddexp_like(base2):
+    def emit(b, node, ins, out):
+        # NumPy's formula: a + log(2) (a + 1) for a == b, max + log1p(exp(-|a - b|)) otherwise,
+        # and a - b (NaN) when either is NaN
+        a, c = ins
+        d = b.op("Sub", [a, c])
+        neg = b.op("Neg", [b.op("Abs", [d])])
+        if base2:
+            e = b.op("Pow", [_c(b, node, 2.0), neg])
+            tail = b.op("Div", [_log1p_of(b, node, e), _c(b, node, _LN2)])
+        else:
+            tail = _log1p_of(b, node, b.op("Exp", [neg]))
+        r = b.op("Add", [b.op("Where", [b.op("Greater", [a, c]), a, c]), tail])
+        r = b.op("Where", [b.op("IsNaN", [d]), d, r])
+        same = b.op("Add", [a, _c(b, node, 1.0 if base2 else _LN2)])
+        b.op("Where", [b.op("Equal", [a, c]), same, r], out)
+    return emit
+
+
+_emits("logaddexp")(_logaddexp_like(False))
+_emits("logaddexp2")(_logaddexp_like(True))
+
+
+@_emits("logit")
+def _logit(b, node, ins, out):
+    # SciPy's: log(x / (1 - x)), and log1p(2d) - log1p(-2d) with d = x - 1/2 on [0.3, 0.65]
+    x = ins[0]
+    one = _c(b, node, 1.0)
+    plain = b.op("Log", [b.op("Div", [x, b.op("Sub", [one, x])])])
+    s = b.op("Mul", [_c(b, node, 2.0), b.op("Sub", [x, _c(b, node, 0.5)])])
+    near = b.op("Sub", [_log1p_of(b, node, s), _log1p_of(b, node, b.op("Neg", [s]))])
+    middle = b.op("And", [b.op("GreaterOrEqual", [x, _c(b, node, 0.3)]),
+                          b.op("LessOrEqual", [x, _c(b, node, 0.65)])])
+    b.op("Where", [middle, near, plain], out)
+
+
+@_emits("xlog1py")
+def _xlog1py(b, node, ins, out):
+    x, y = ins
+    zero = b.op("And", [b.op("Equal", [x, _c(b, node, 0.0)]), b.op("Not", [b.op("IsNaN", [y])])])
+    b.op("Where", [zero, _c(b, node, 0.0), b.op("Mul", [x, _log1p_of(b, node, y)])], out)
+
+
+@_emits("fmod")
+def _fmod(b, node, ins, out):
+    b.op("Mod", ins, out, fmod=1)
+
+
+def _floor_mod(b, node, a, c):
+    """(NumPy's remainder, the quotient a - remainder over c, before flooring) of floats."""
+    zero = _c(b, node, 0.0)
+    mod = b.op("Mod", [a, c], fmod=1)
+    fix = b.op("And", [b.op("Not", [b.op("Equal", [mod, zero])]),
+                       b.op("Not", [b.op("Equal", [b.op("Less", [c, zero]), b.op("Less", [mod, zero])])])])
+    return mod, fix
+
+
+@_emits("remainder")
+def _remainder(b, node, ins, out):
+    # C's fmod, moved by the divisor where the signs differ; a zero takes the divisor's sign
+    a, c = ins
+    mod, fix = _floor_mod(b, node, a, c)
+    r = b.op("Where", [fix, b.op("Add", [mod, c]), mod])
+    signed_zero = b.op("Where", [b.op("Less", [c, _c(b, node, 0.0)]), _c(b, node, -0.0), _c(b, node, 0.0)])
+    b.op("Where", [b.op("Equal", [r, _c(b, node, 0.0)]), signed_zero, r], out)
+
+
+@_emits("floor_divide")
+def _floor_divide(b, node, ins, out):
+    # NumPy's: (a - fmod(a, c)) / c, one less where the remainder moves, floored and snapped to
+    # the nearest integer; a / c for a zero divisor
+    a, c = ins
+    mod, fix = _floor_mod(b, node, a, c)
+    div = b.op("Div", [b.op("Sub", [a, mod]), c])
+    div = b.op("Where", [fix, b.op("Sub", [div, _c(b, node, 1.0)]), div])
+    fl = b.op("Floor", [div])
+    fl = b.op("Where", [b.op("Greater", [b.op("Sub", [div, fl]), _c(b, node, 0.5)]),
+                        b.op("Add", [fl, _c(b, node, 1.0)]), fl])
+    quotient = b.op("Div", [a, c])
+    zero = b.op("Mul", [quotient, _c(b, node, 0.0)])     # the zero quotient with a / c's sign
+    fl = b.op("Where", [b.op("Equal", [div, _c(b, node, 0.0)]), zero, fl])
+    b.op("Where", [b.op("Equal", [c, _c(b, node, 0.0)]), quotient, fl], out)
+
+
 # ---- control flow -----------------------------------------------------------------------------
 # A control node's value is a tuple: its emitter returns one ONNX value name per element
 # (`out_avals`), and `proj` nodes pick from that list.

@@ -5,12 +5,14 @@ VJP (one rule per operand, written with the functions below, so it runs on
 arrays, eager tapes and graphs alike) and its scalar expression (`ops/scalar.py`),
 from which every back end renders its lowering.
 """
+import operator
+
 import numpy as np
 
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, elementwise, is_weak,
-                         keep_weak, lift, no_out, ones_like, result_dtype, runtime_check, shape_of,
-                         zeros_like)
+from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, elementwise, full_like,
+                         is_weak, keep_weak, lift, no_out, ones_like, result_dtype, runtime_check,
+                         shape_of, zeros_like)
 from ..core import Tensor, bind
 from .registry import ZERO_GRADIENT, implements, register
 
@@ -108,14 +110,44 @@ def divide(a, b):
     return elementwise("div", a, b, float_result=True)
 
 
-@implements(np.maximum, np.fmax)
+@implements(np.maximum)
 def maximum(a, b):
     return elementwise("max", a, b)
 
 
-@implements(np.minimum, np.fmin)
+@implements(np.minimum)
 def minimum(a, b):
     return elementwise("min", a, b)
+
+
+# np.fmax/np.fmin ignore a NaN operand (NaN only if both are); ties give the first operand
+elementwise_prim("fmax", "{0} if ({0} >= {1}) | isnan({1}) else {1}", np.fmax,
+                 (lambda g, out, a, b: g * _fmax_share(a, b), lambda g, out, a, b: g * _fmax_share(b, a)),
+                 float_same)
+elementwise_prim("fmin", "{0} if ({0} <= {1}) | isnan({1}) else {1}", np.fmin,
+                 (lambda g, out, a, b: g * _fmax_share(-a, -b), lambda g, out, a, b: g * _fmax_share(-b, -a)),
+                 float_same)
+
+
+def _fmax_share(a, b):
+    """Share of the adjoint of fmax(a, b) that goes to a: 1 where a wins or b is NaN, 1/2 at
+    ties (as for maximum), else 0."""
+    share = where_(a > b, 1.0, where_(a == b, 0.5, 0.0))
+    return cast(where_(isnan(b) & ~isnan(a), 1.0, share), a.dtype)
+
+
+@implements(np.fmax)
+def fmax(a, b):
+    if result_dtype(a, b).kind != "f":
+        return maximum(a, b)        # no NaN to ignore
+    return elementwise("fmax", a, b)
+
+
+@implements(np.fmin)
+def fmin(a, b):
+    if result_dtype(a, b).kind != "f":
+        return minimum(a, b)
+    return elementwise("fmin", a, b)
 
 
 @implements(np.power)
@@ -351,19 +383,280 @@ def where_(cond, a, b):
 
 
 @implements(np.clip)
-def clip(x, a_min=None, a_max=None, out=None, **kw):
+def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kw):
+    """np.clip: minimum(maximum(a, lower), upper), either bound None (or absent) for none,
+    given as a_min/a_max or as the min/max keywords; NaN in a or a bound propagates."""
     no_out(out, "np.clip")
-    if a_min is None and "min" in kw:
-        a_min = kw.pop("min")
-    if a_max is None and "max" in kw:
-        a_max = kw.pop("max")
     if kw:
         raise NotSupportedError(f"np.clip: arguments {sorted(kw)} are not supported{where()}")
-    if a_min is not None:
-        x = maximum(x, a_min)
-    if a_max is not None:
-        x = minimum(x, a_max)
-    return x
+    given = (a_min is not np._NoValue or a_max is not np._NoValue,
+             min is not np._NoValue or max is not np._NoValue)
+    if all(given):
+        raise ValueError("Passing `min` or `max` keyword argument when `a_min` and `a_max` are "
+                         f"provided is forbidden.{where()}")
+    lower, upper = (min, max) if given[1] else (a_min, a_max)
+    lower = None if lower is np._NoValue else lower
+    upper = None if upper is np._NoValue else upper
+    if lower is not None:
+        a = maximum(a, lower)
+    if upper is not None:
+        a = minimum(a, upper)
+    return a
+
+
+# ---- division: remainder, floor division, fmod --------------------------------------------------
+# Floats: `%` and `//` have Python's floor semantics, which are NumPy's (the sign of the divisor,
+# the snapped quotient, inf/NaN); a zero divisor gives NumPy's NaN (fmod(a, 0)) and a / 0.
+# Integers: NumPy gives 0 for a zero divisor; fmod truncates (C's %), from the floor remainder.
+_INT_DIVISION = ("zero divisor: NumPy's integer result 0 has no ONNX Mod/Div equivalent that avoids "
+                 "the division")
+# (ONNX: composites around Mod(fmod=1), in jitgraph/onnx_export.py)
+elementwise_prim("remainder", "{0} % {1} if {1} != 0 else fmod({0}, {1})", np.remainder,
+                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)
+elementwise_prim("floor_divide", "{0} // {1} if {1} != 0 else {0} / {1}", np.floor_divide, ZERO_GRADIENT,
+                 float_same)
+elementwise_prim("fmod", "fmod({0}, {1})", np.fmod,
+                 (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)
+elementwise_prim("int_remainder", "{0} % {1} if {1} != 0 else 0", np.remainder, ZERO_GRADIENT,
+                 onnx=_INT_DIVISION)
+elementwise_prim("int_floor_divide", "{0} // {1} if {1} != 0 else 0", np.floor_divide, ZERO_GRADIENT,
+                 onnx=_INT_DIVISION)
+elementwise_prim("int_fmod", "({0} % {1} - {1} if ({0} % {1} != 0) & (({0} < 0) != ({1} < 0)) "
+                 "else {0} % {1}) if {1} != 0 else 0", np.fmod, ZERO_GRADIENT, onnx=_INT_DIVISION)
+
+
+def _division_dtype(a, b):
+    dt = result_dtype(a, b)
+    return np.dtype(np.int8) if dt == bool else dt     # NumPy has no boolean loops
+
+
+def _division(float_op, int_op, a, b):
+    dt = _division_dtype(a, b)
+    return elementwise(float_op if dt.kind == "f" else int_op, a, b, dtype=dt)
+
+
+@implements(np.remainder)
+def remainder(a, b):
+    """a % b with the sign of b (np.remainder, np.mod)."""
+    return _division("remainder", "int_remainder", a, b)
+
+
+@implements(np.floor_divide)
+def floor_divide(a, b):
+    return _division("floor_divide", "int_floor_divide", a, b)
+
+
+@implements(np.fmod)
+def fmod(a, b):
+    """The C remainder: the sign of a."""
+    return _division("fmod", "int_fmod", a, b)
+
+
+@implements(np.divmod)
+def divmod_(a, b):
+    return floor_divide(a, b), remainder(a, b)
+
+
+# ---- exponentials and logarithms ------------------------------------------------------------------
+exp2 = unary_float("exp2", np.exp2, "exp2({0})", (lambda g, out, x: g * out * 0.6931471805599453,),
+                   export_expr="2.0 ** {0}")
+log2 = unary_float("log2", np.log2, "log2({0})", (lambda g, out, x: g / (x * 0.6931471805599453),),
+                   export_expr="log({0}) / log(2.0)")
+log10 = unary_float("log10", np.log10, "log10({0})", (lambda g, out, x: g / (x * 2.302585092994046),),
+                    export_expr="log({0}) / log(10.0)")
+
+# NumPy's formulas: equal arguments (infinities of one sign included) first, NaN last
+elementwise_prim(
+    "logaddexp", "{0} + 0.6931471805599453 if {0} == {1} else ({0} + log1p(exp({1} - {0})) if {0} > {1} "
+    "else ({1} + log1p(exp({0} - {1})) if {0} < {1} else {0} - {1}))", np.logaddexp,
+    (lambda g, out, a, b: g * exp(a - out), lambda g, out, a, b: g * exp(b - out)), float_same)
+elementwise_prim(
+    "logaddexp2", "{0} + 1.0 if {0} == {1} else ({0} + log1p(exp2({1} - {0})) * 1.4426950408889634 "
+    "if {0} > {1} else ({1} + log1p(exp2({0} - {1})) * 1.4426950408889634 if {0} < {1} else {0} - {1}))",
+    np.logaddexp2, (lambda g, out, a, b: g * exp2(a - out), lambda g, out, a, b: g * exp2(b - out)),
+    float_same)
+
+
+@implements(np.logaddexp)
+def logaddexp(a, b):
+    return elementwise("logaddexp", a, b, float_result=True)
+
+
+@implements(np.logaddexp2)
+def logaddexp2(a, b):
+    return elementwise("logaddexp2", a, b, float_result=True)
+
+
+# ---- inverse trigonometric and hyperbolic functions ---------------------------------------------
+arcsin = unary_float("arcsin", np.arcsin, "asin({0})", (lambda g, out, x: g / sqrt(1.0 - x * x),))
+arccos = unary_float("arccos", np.arccos, "acos({0})", (lambda g, out, x: -(g / sqrt(1.0 - x * x)),))
+arcsinh = unary_float("arcsinh", np.arcsinh, "asinh({0})", (lambda g, out, x: g / sqrt(x * x + 1.0),))
+arccosh = unary_float("arccosh", np.arccosh, "acosh({0})",
+                      (lambda g, out, x: g / (sqrt(x - 1.0) * sqrt(x + 1.0)),))
+arctanh = unary_float("arctanh", np.arctanh, "atanh({0})", (lambda g, out, x: g / (1.0 - x * x),))
+
+
+def _angle(x, factor64, factor32):
+    """x times a conversion factor, as NumPy computes it: in float64, or for float32 with the
+    factor rounded to float32 (NumPy's float32 loops compute 180/pi in float32)."""
+    x = as_operand(x) if not isinstance(x, (int, float)) else x
+    dt = result_dtype(x)
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    factor = np.asarray(factor32 if dt == np.float32 else factor64, dt)
+    return multiply(cast(x, dt), factor)
+
+
+@implements(np.deg2rad, np.radians)
+def deg2rad(x):
+    return _angle(x, np.pi / 180.0, np.float32(np.pi) / np.float32(180.0))
+
+
+@implements(np.rad2deg, np.degrees)
+def rad2deg(x):
+    return _angle(x, 180.0 / np.pi, np.float32(180.0) / np.float32(np.pi))
+
+
+def _sinc_grad(g, out, x):
+    # (cos(pi x) - sinc(x)) / x, by its Taylor series near 0 where the difference cancels
+    px2 = (x * x) * 9.869604401089358
+    small = absolute(x) < 0.01
+    series = x * (-3.289868133696453 + px2 * (3.2469697011334144 - px2 * 1.1446390807043915))
+    safe = where_(small, 1.0, x)
+    return g * where_(small, series, (cos(safe * 3.141592653589793) - out) / safe)
+
+
+# np.sinc's own formula: sin(y) / y with y = pi * (x, or 1e-20 at 0)
+elementwise_prim("sinc", "sin(3.141592653589793 * ({0} if {0} != 0 else 1e-20)) / "
+                 "(3.141592653589793 * ({0} if {0} != 0 else 1e-20))", np.sinc, (_sinc_grad,), float_same)
+
+
+@implements(np.sinc)
+def sinc(x):
+    return elementwise("sinc", x, float_result=True)
+
+
+# ---- rounding ----------------------------------------------------------------------------------------
+def _rounding(name, ufunc, expr, onnx=None, export_expr=None, integer_result=True):
+    """floor/ceil/trunc/rint: zero gradient. Integers and booleans: floor, ceil and trunc
+    return them unchanged (NumPy 2), rint converts them to float64."""
+    elementwise_prim(name, expr, ufunc, ZERO_GRADIENT, float_same, onnx=onnx, export_expr=export_expr)
+
+    @implements(ufunc)
+    def f(x):
+        dt = result_dtype(x)
+        if dt.kind != "f" and integer_result:
+            return as_operand(x) if not is_weak(x) else x
+        return elementwise(name, x, float_result=True)
+    f.__name__ = f.__qualname__ = ufunc.__name__
+    return f
+
+
+floor = _rounding("floor", np.floor, "floor({0})")
+ceil = _rounding("ceil", np.ceil, "ceil({0})")
+trunc = _rounding("trunc", np.trunc, "trunc({0})", export_expr="floor({0}) if {0} >= 0 else ceil({0})")
+rint = _rounding("rint", np.rint, "rint({0})", integer_result=False)     # halves to even
+
+
+@implements(np.round, np.around)
+def round_(a, decimals=0, out=None):
+    """NumPy's rounding: rint(a * 10**decimals) / 10**decimals (rint(a / 10**-decimals) *
+    10**-decimals for negative decimals), the factor a weak Python float; integers are
+    returned unchanged for decimals >= 0, else rounded in float64 and converted back."""
+    no_out(out, "np.round")
+    decimals = operator.index(decimals)
+    dt = result_dtype(a)
+    if decimals == 0 and dt.kind == "f":
+        return rint(a)
+    if dt.kind != "f" and decimals >= 0:
+        return a if is_weak(a) else as_operand(a)
+    x = cast(a, np.float64) if dt.kind != "f" else a
+    f = 10.0 ** abs(decimals)
+    r = divide(rint(multiply(x, f)), f) if decimals >= 0 else multiply(rint(divide(x, f)), f)
+    return cast(r, dt) if dt.kind != "f" else r
+
+
+# ---- signs and steps -------------------------------------------------------------------------------
+elementwise_prim("copysign", "copysign({0}, {1})", np.copysign,
+                 (lambda g, out, a, b: g * copysign(1.0, a) * copysign(1.0, b), None), float_same,
+                 onnx="ONNX has no copysign (the sign bit of -0.0 and of NaN is not observable "
+                 "through ONNX operators)")
+
+
+@implements(np.copysign)
+def copysign(a, b):
+    return elementwise("copysign", a, b, float_result=True)
+
+
+@implements(np.heaviside)
+def heaviside(x1, x2):
+    """0 for x1 < 0, x2 at 0, 1 for x1 > 0, NaN for NaN (floating, as NumPy's loops are)."""
+    dt = result_dtype(x1, x2)
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    x1, x2 = cast(as_operand(x1), dt), cast(as_operand(x2), dt)
+    step = where_(x1 < 0, 0.0, where_(x1 == 0, x2, where_(x1 > 0, 1.0, x1)))
+    return cast(step, dt)
+
+
+# ---- NaN and infinities ------------------------------------------------------------------------------
+elementwise_prim("isnan", "isnan({0})", np.isnan, ZERO_GRADIENT, predicate)
+elementwise_prim("isinf", "isinf({0})", np.isinf, ZERO_GRADIENT, predicate)
+elementwise_prim("isfinite", "not (isnan({0}) | isinf({0}))", np.isfinite, ZERO_GRADIENT, predicate)
+
+
+def _float_predicate(name, ufunc, integer_value):
+    @implements(ufunc)
+    def f(x):
+        x = as_operand(x) if not isinstance(x, (bool, int, float)) else np.asarray(x)
+        if not isinstance(x, Tensor):
+            return ufunc(x)
+        if x.dtype.kind != "f":
+            return full_like(x, integer_value, bool)      # integers are finite
+        return bind(name, x)
+    f.__name__ = f.__qualname__ = ufunc.__name__
+    return f
+
+
+isnan = _float_predicate("isnan", np.isnan, False)
+isinf = _float_predicate("isinf", np.isinf, False)
+isfinite = _float_predicate("isfinite", np.isfinite, True)
+
+
+@implements(np.nan_to_num)
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced (by 0.0 and the dtype's largest and smallest finite values
+    unless given); integers unchanged. The gradient passes where x is finite."""
+    x = as_operand(x)
+    if x.dtype.kind != "f":
+        return x
+    info = np.finfo(x.dtype)
+    big = np.asarray(info.max if posinf is None else posinf, x.dtype)
+    small = np.asarray(info.min if neginf is None else neginf, x.dtype)
+    r = where_(isnan(x), np.asarray(nan, x.dtype), x)
+    return where_(x == np.inf, big, where_(x == -np.inf, small, r))
+
+
+# ---- np.select ---------------------------------------------------------------------------------------
+@implements(np.select)
+def select(condlist, choicelist, default=0):
+    """The choice of the first true condition, else `default` (np.where from the last pair
+    to the first); the result type is that of the choices and the default."""
+    if len(condlist) != len(choicelist):
+        raise ValueError(f"list of cases must be same length as list of conditions{where()}")
+    if len(condlist) == 0:
+        raise ValueError(f"select with an empty condition list is not possible{where()}")
+    conds = [as_operand(c) for c in condlist]
+    for i, c in enumerate(conds):
+        if c.dtype != bool:
+            raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray{where()}")
+    choices = [c if is_weak(c) and not isinstance(c, Tensor) else as_operand(c) for c in choicelist]
+    default = default if is_weak(default) and not isinstance(default, Tensor) else as_operand(default)
+    dt = result_dtype(*choices, default)
+    result = cast(default, dt)
+    for c, v in zip(reversed(conds), reversed(choices)):
+        result = where_(c, cast(v, dt), result)
+    shape = broadcast_shapes(*[shape_of(c) for c in conds], *[shape_of(v) for v in choices],
+                             shape_of(default))
+    return broadcast_to(as_operand(result), shape)
 
 
 # ---- stable composites ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from ..core import Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_to, cast, keepdims_shape, no_out, norm_axes, reshape,
                          shape_of)
-from .elementwise import divide, equal, exp, log, multiply, subtract, sqrt, stop_gradient, add
+from .elementwise import divide, equal, exp, log, multiply, subtract, sqrt, stop_gradient, add, where_
 from .registry import implements, register
 
 
@@ -176,7 +176,11 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
 @implements(np.std)
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None,
         correction=None):
-    return sqrt(var(x, axis, dtype, out, ddof, keepdims, where, mean, correction))
+    """sqrt(var), with gradient 0 where the variance is 0 (sqrt's derivative there is inf, and
+    the variance's is 0: their product would be NaN)."""
+    v = var(x, axis, dtype, out, ddof, keepdims, where, mean, correction)
+    zero = equal(v, 0.0)
+    return where_(zero, 0.0, sqrt(where_(zero, 1.0, v)))
 
 
 # ---- stable composites ----------------------------------------------------------------------------

@@ -4,7 +4,9 @@ An elementwise primitive states its value at one point once, as a Python
 expression over its operands `{0}`, `{1}`, ... (`"atan2({0}, {1})"`,
 `"{1} if {0} else {2}"`). The expression may use:
 
-* operators: `+ - * / ** %`, unary `-`, comparisons, `&` `|` (of booleans),
+* operators: `+ - * / ** % //` (`%` and `//` with Python's floor semantics, which are
+  NumPy's; a zero divisor must be guarded, `{0} % {1} if {1} != 0 else ...`), unary `-`,
+  comparisons, `&` `|` (of booleans),
   `not`, and `a if cond else b`;
 * numeric literals: a float literal takes the dtype the operation computes in
   (its first non-boolean operand's), so `0.5 * {0}` stays float32 in float32 code;
@@ -25,19 +27,25 @@ import numpy as np
 
 class Fn:
     """A math function of the scalar language: its NumPy ufunc, its name in C's math
-    library (and Python's `math`, which Numba compiles on the CPU and the GPU), and the
-    ONNX operator computing it (None where ONNX has none)."""
+    library (and Python's `math`, which Numba compiles on the CPU and the GPU), the
+    ONNX operator computing it (None where ONNX has none), and its scipy.special ufunc.
 
-    __slots__ = ("numpy", "c", "onnx", "arity")
+    SciPy's special functions have no C math name: their `c` name is the function of
+    jitgraph's math library computing them (`codegen/mathlib.py`, which the CPU emitter
+    spells and from which `codegen/cuda_runtime.py` builds the GPU's device functions).
+    """
 
-    def __init__(self, numpy, c, onnx=None, arity=1):
-        self.numpy, self.c, self.onnx, self.arity = numpy, c, onnx, arity
+    __slots__ = ("numpy", "c", "onnx", "arity", "scipy")
+
+    def __init__(self, numpy, c, onnx=None, arity=1, scipy=None):
+        self.numpy, self.c, self.onnx, self.arity, self.scipy = numpy, c, onnx, arity, scipy
 
 
 FUNCTIONS = {
     "abs": Fn("absolute", "fabs", "Abs"),
     "sqrt": Fn("sqrt", "sqrt", "Sqrt"),
     "exp": Fn("exp", "exp", "Exp"),
+    "exp2": Fn("exp2", "exp2"),
     "expm1": Fn("expm1", "expm1"),
     "log": Fn("log", "log", "Log"),
     "log1p": Fn("log1p", "log1p"),
@@ -64,9 +72,20 @@ FUNCTIONS = {
     "rint": Fn("rint", "rint", "Round"),
     "copysign": Fn("copysign", "copysign", None, 2),
     "fmod": Fn("fmod", "fmod", None, 2),
-    "erf": Fn(None, "erf", "Erf"),
-    "erfc": Fn(None, "erfc"),
-    "lgamma": Fn(None, "lgamma"),
+    "erf": Fn(None, "erf", "Erf", scipy="erf"),
+    "erfc": Fn(None, "erfc", scipy="erfc"),
+    "lgamma": Fn(None, "lgamma", scipy="gammaln"),     # log |Gamma(x)|
+    # SciPy's special functions (codegen/mathlib.py)
+    "erfinv": Fn(None, "erfinv", scipy="erfinv"),
+    "ndtr": Fn(None, "ndtr", scipy="ndtr"),
+    "log_ndtr": Fn(None, "log_ndtr", scipy="log_ndtr"),
+    "digamma": Fn(None, "digamma", scipy="digamma"),
+    "polygamma": Fn(None, "polygamma", None, 2, scipy="polygamma"),   # polygamma(n, x), n an int
+    "betaln": Fn(None, "betaln", None, 2, scipy="betaln"),
+    "gammainc": Fn(None, "gammainc", None, 2, scipy="gammainc"),
+    "gammaincc": Fn(None, "gammaincc", None, 2, scipy="gammaincc"),
+    "betainc": Fn(None, "betainc", None, 3, scipy="betainc"),
+    "betaincc": Fn(None, "betaincc", None, 3, scipy="betaincc"),
     "isnan": Fn("isnan", "isnan", "IsNaN"),
     "isinf": Fn("isinf", "isinf", "IsInf"),
     "sign": Fn("sign", None, "Sign"),

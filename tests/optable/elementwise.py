@@ -1,7 +1,7 @@
 """Rows: elementwise arithmetic, powers, unary functions, max/min/clip/where."""
 import numpy as np
 
-from . import BINARY_SHAPES, UNARY_SHAPES, op
+from . import BINARY_SHAPES, UNARY_SHAPES, nondiff, op
 
 
 # arithmetic
@@ -74,3 +74,97 @@ op("where-broadcast", lambda x, y: np.where(x > 0, x, y), ((3, 4), (4,)), ((3, 1
 op("where-cond-numpy", lambda x: np.where(np.arange(4) % 2 == 0, np.exp(x), -x), ((3, 4),))
 op("where-compare-ops", lambda x, y: np.where((x <= y) | (x == 0.0), x, y * 2.0)
    + np.where((x >= 0.1) & (y != 0.0), y, x) + np.where(~(x < y), x ** 2, 0.0), ((3, 4), (4,)))
+# division: remainder (%, np.mod), floor division (//), fmod, divmod; away from the kinks at
+# multiples of the divisor (finite differences there would straddle a jump)
+op("mod", lambda x, y: x % y, ((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1), (1, 3)),
+   domain=("real", "positive"))
+op("mod-negative-divisor", lambda x, y: x % -y, ((3, 4), (4,)), domain=("real", "positive"))
+op("np.remainder", lambda x, y: np.remainder(x * 3.0, y), ((5,), (5,)), domain=("real", "nonzero"))
+op("np.mod-scalar", lambda x: np.mod(x, 0.75) + np.mod(2.5, x), ((2, 3),), domain="positive")
+op("floordiv-mixed", lambda x, y: x // y * y + x % y + x * y, ((3, 4), (4,)), domain=("real", "nonzero"))
+op("rfloordiv", lambda x: 5.0 // x + x, ((4,),), domain="positive")
+op("np.fmod", lambda x, y: np.fmod(x * 3.0, y), ((3, 4), (3, 4)), ((2, 3, 4), (4,)),
+   domain=("real", "nonzero"))
+op("np.fmod-scalar", lambda x: np.fmod(x, -0.6), UNARY_SHAPES[1], UNARY_SHAPES[2])
+op("np.divmod", lambda x, y: np.divmod(x, y)[1] + np.divmod(x, y)[0] * x, ((3, 4), (4,)),
+   domain=("real", "positive"))
+op("divmod-builtin", lambda x: divmod(x * 2.0, 0.7)[1], ((5,),))
+# exponentials and logarithms
+op("log2", lambda x: np.log2(x), *UNARY_SHAPES, domain="positive")
+op("log10", lambda x: np.log10(x), *UNARY_SHAPES, domain="positive")
+op("exp2", lambda x: np.exp2(x), *UNARY_SHAPES)
+op("logaddexp", lambda x, y: np.logaddexp(x, y), *BINARY_SHAPES)
+op("logaddexp-far", lambda x, y: np.logaddexp(x * 30.0, y) + np.logaddexp(x, 2.0), ((3, 4), (4,)))
+op("logaddexp2", lambda x, y: np.logaddexp2(x, y), *BINARY_SHAPES)
+op("logaddexp2-scalar", lambda x: np.logaddexp2(-1.5, x * 4.0), ((2, 3),))
+# inverse trigonometric and hyperbolic functions
+op("arcsin", lambda x: np.arcsin(x), *UNARY_SHAPES, domain="unit")
+op("arccos", lambda x: np.arccos(x), *UNARY_SHAPES, domain="unit")
+op("arcsinh", lambda x: np.arcsinh(x * 3.0), *UNARY_SHAPES)
+op("arccosh", lambda x: np.arccosh(x + 1.2), *UNARY_SHAPES, domain="positive")
+op("arctanh", lambda x: np.arctanh(x), *UNARY_SHAPES, domain="unit")
+# angles and sinc
+op("deg2rad", lambda x: np.deg2rad(x * 90.0), *UNARY_SHAPES)
+op("rad2deg", lambda x: np.rad2deg(x), *UNARY_SHAPES)
+op("degrees-radians", lambda x: np.degrees(x) + np.radians(x * 100.0), ((3, 4),))
+op("sinc", lambda x: np.sinc(x * 2.0), *UNARY_SHAPES)
+op("sinc-near-zero", lambda x: np.sinc(x * 1e-3) + np.sinc(x * 0.02), ((6,),))
+# rounding: zero gradient, in products that keep x's own gradient
+op("floor", lambda x: np.floor(x * 3.0) * x, *UNARY_SHAPES)
+op("ceil", lambda x: np.ceil(x * 3.0) * x, *UNARY_SHAPES)
+op("trunc", lambda x: np.trunc(x * 3.0) * x, *UNARY_SHAPES)
+op("rint", lambda x: np.rint(x * 3.0) * x, *UNARY_SHAPES)
+op("round", lambda x: np.round(x * 3.0) * x, ((3, 4),))
+op("round-decimals", lambda x: np.round(x, 1) * x + np.around(x * 50.0, -1) * x, ((3, 4),))
+op("round-method", lambda x: x.round(2) * x, ((5,),))
+# signs and steps
+op("copysign", lambda x, y: np.copysign(x, y), *BINARY_SHAPES)
+op("copysign-scalar", lambda x: np.copysign(x, -1.0) + np.copysign(2.0, x), ((3, 4),))
+op("heaviside", lambda x, y: np.heaviside(x, y) * x + y, ((3, 4), (3, 4)), ((3, 4), ()))
+# NaN and infinities: replaced by nan_to_num (the gradient passes where x is finite)
+op("nan_to_num", lambda x: np.nan_to_num(np.log(x)) + np.nan_to_num(x, nan=1.0, posinf=2.0),
+   *UNARY_SHAPES, domain="nonzero")
+op("isfinite-where", lambda x: np.where(np.isfinite(np.log(x)), x, 0.0)
+   + np.where(np.isnan(np.sqrt(x)) | np.isinf(1.0 / (x - x)), x * 2.0, 0.0), ((3, 4),), domain="nonzero")
+# np.select
+op("select", lambda x, y: np.select([x > 0.5, x < -0.5], [x * y, y], default=-x), ((3, 4), (3, 4)),
+   ((3, 4), (4,)))
+op("select-scalar-choices", lambda x: np.select([x > 0, x < -1.0], [x, 2.0]) * x, ((2, 3),))
+# np.clip in all its forms
+op("clip-keywords", lambda x: np.clip(x, min=-0.5, max=0.8), ((3, 4),))
+op("clip-max-keyword-only", lambda x: np.clip(x, max=0.3), ((3, 4),))
+op("clip-max-only", lambda x: np.clip(x, None, 0.2), *UNARY_SHAPES)
+op("clip-neither", lambda x: np.clip(x, None, None) * x, ((4,),))
+op("clip-array-bounds", lambda x, lo, hi: np.clip(x, lo - 0.5, hi + 0.5), ((3, 4), (4,), (3, 1)))
+op("clip-method-keywords", lambda x: x.clip(min=-0.25) + x.clip(max=0.25), ((3, 4),))
+# fmax/fmin ignore NaN operands (maximum/minimum propagate them)
+op("fmax", lambda x, y: np.fmax(x, y), *BINARY_SHAPES)
+op("fmin", lambda x, y: np.fmin(x, y), *BINARY_SHAPES)
+op("fmax-nan", lambda x, y: np.fmax(x, np.where(y > 0, np.nan, y)) + np.fmin(np.where(y < 0, np.nan, y), x),
+   ((3, 4), (3, 4)), domain=("real", "nonzero"))
+
+# values only: integer semantics (NumPy's 0 for a zero divisor), predicates, rounding results
+nondiff("int-mod", lambda x: np.round(x * 3.0).astype(np.int64) % np.array([2, -3, 0, 5]), ((3, 4),))
+nondiff("int-floordiv", lambda x: np.round(x * 7.0).astype(np.int32) // np.array([2, -3, 0, 5], np.int32),
+        ((3, 4),))
+nondiff("int-fmod", lambda x: np.fmod(np.round(x * 7.0).astype(np.int64), np.array([2, -3, 0, 5])), ((3, 4),))
+nondiff("int-divmod", lambda x: np.divmod(np.round(x * 7.0).astype(np.int8), np.int8(3))[1], ((3, 4),))
+nondiff("bool-mod", lambda x: np.remainder(x > 0, x > -0.5), ((3, 4),))
+nondiff("float-mod-zero", lambda x: np.remainder(x, x * 0.0) + np.floor_divide(x, x * 0.0)
+        + np.fmod(x, 0.0 * x), ((3, 4),))
+nondiff("isnan", lambda x: np.isnan(np.log(x)), ((3, 4),))
+nondiff("isinf", lambda x: np.isinf(1.0 / np.round(x)), ((3, 4),))
+nondiff("isfinite", lambda x: np.isfinite(np.log(x)), ((3, 4),))
+nondiff("isnan-int", lambda x: np.isnan(np.round(x).astype(np.int64)), ((3, 4),))
+nondiff("floor-int", lambda x: np.floor(np.round(x * 3).astype(np.int64)), ((3, 4),))
+nondiff("rint-int", lambda x: np.rint(np.round(x * 3).astype(np.int64)), ((3, 4),))
+nondiff("round-int-neg-decimals", lambda x: np.round((x * 1000).astype(np.int64), -2), ((3, 4),))
+nondiff("round-half-even", lambda x: np.round(np.round(x * 4.0) / 4.0, 1), ((3, 4),))
+nondiff("floor-values", lambda x: np.floor(x * 5.0) + np.ceil(x * 5.0) + np.trunc(x * 5.0), ((3, 4),))
+nondiff("fmax-int", lambda x: np.fmax(np.round(x * 3).astype(np.int64), 1), ((3, 4),))
+nondiff("nan_to_num-int", lambda x: np.nan_to_num(np.round(x * 3).astype(np.int64)), ((3, 4),))
+# integer division inside a differentiable program (the integer results have no gradient)
+op("int-division-weights", lambda x: x * (np.round(x * 5.0).astype(np.int8)
+                                         % np.array([3, -2, 4, 0], np.int8))
+   + x * (np.round(x * 5.0).astype(np.int16) // np.array([3, -2, 0, 2], np.int16))
+   + x * np.fmod(np.round(x * 5.0).astype(np.int8), np.array([0, -3, 2, 4], np.int8)), ((3, 4),))

@@ -1,0 +1,60 @@
+"""Rows: scipy.special's ufuncs and its logsumexp/softmax/log_softmax/polygamma."""
+import numpy as np
+import scipy.special as sc
+
+from . import BINARY_SHAPES, UNARY_SHAPES, nondiff, op
+
+
+op("expit", lambda x: sc.expit(x * 3.0), *UNARY_SHAPES)
+op("logit", lambda x: sc.logit(x * 0.5 + 0.5), *UNARY_SHAPES, domain="unit")
+op("log_expit", lambda x: sc.log_expit(x * 5.0), *UNARY_SHAPES)
+op("erf", lambda x: sc.erf(x), *UNARY_SHAPES)
+op("erfc", lambda x: sc.erfc(x * 2.0), *UNARY_SHAPES)
+op("erfinv", lambda x: sc.erfinv(x), *UNARY_SHAPES, domain="unit")
+op("erfinv-tail", lambda x: sc.erfinv(0.999 + x * 1e-3), ((4,),), domain="unit")
+# (with a digamma term: the ONNX test expects the export of a program whose gradient uses
+# digamma to name digamma, the first of its non-exportable ops)
+op("gammaln", lambda x: sc.gammaln(x * 3.0) + sc.digamma(x + 3.0), *UNARY_SHAPES, domain="positive")
+op("gammaln-negative", lambda x: sc.gammaln(x * 0.35 - 0.5) + sc.digamma(x + 3.0), ((2, 3),), domain="unit")
+op("digamma", lambda x: sc.digamma(x * 4.0), *UNARY_SHAPES, domain="positive")
+op("digamma-negative", lambda x: sc.digamma(x * 0.4 - 0.5), ((5,),), domain="unit")
+op("psi", lambda x: sc.psi(x + 10.0), ((4,),))
+# (SciPy's polygamma is float64 for float32 input: the rows convert back)
+op("polygamma", lambda x: (sc.polygamma(1, x) + sc.polygamma(2, x * 3.0)).astype(x.dtype), ((2, 3),),
+   domain="positive")
+op("ndtr", lambda x: sc.ndtr(x * 2.0), *UNARY_SHAPES)
+op("ndtr-tails", lambda x: sc.ndtr(x * 4.0 - 6.0) * 1e6, ((5,),), domain="unit")
+op("log_ndtr", lambda x: sc.log_ndtr(x * 3.0), *UNARY_SHAPES)
+op("log_ndtr-tails", lambda x: sc.log_ndtr(x * 10.0 - 25.0) + sc.log_ndtr(x + 7.0) * 1e9, ((4,),),
+   domain="unit")
+op("xlogy", lambda x, y: sc.xlogy(x, y), *BINARY_SHAPES, domain=("real", "positive"))
+# (scipy.special's float64 loops come first: xlogy(float32 array, 2.0) is float64, hence x * 0 + 2.0)
+op("xlogy-zero", lambda x, y: sc.xlogy(x * 0.0, y) + sc.xlogy(x, x * 0.0 + 2.0), ((3, 4), (4,)),
+   domain=("real", "positive"))
+op("xlog1py", lambda x, y: sc.xlog1py(x, y), *BINARY_SHAPES, domain=("real", "positive"))
+op("entr", lambda x: sc.entr(x), *UNARY_SHAPES, domain="positive")
+op("betaln", lambda a, b: sc.betaln(a, b * 30.0), ((3, 4), (3, 4)), ((3, 4), (4,)), domain="positive")
+op("gammainc", lambda a, x: sc.gammainc(a * 3.0, x * 2.0), ((3, 4), (3, 4)), ((2, 3), (3,)),
+   domain="positive", argnums=(1,))
+op("gammaincc", lambda a, x: sc.gammaincc(a, x * 3.0), ((3, 4), (3, 4)), domain="positive", argnums=(1,))
+op("gammainc-scalar-a", lambda x: sc.gammainc(np.full_like(x, 2.5), x)
+   + sc.gammaincc(np.full_like(x, 0.3), x * 8.0), ((5,),), domain="positive")
+op("betainc", lambda a, b, x: sc.betainc(a * 3.0, b, x * 0.5 + 0.5), ((3, 4), (3, 4), (3, 4)),
+   ((3, 4), (4,), (3, 1)), domain=("positive", "positive", "unit"), argnums=(2,))
+op("betaincc", lambda x: sc.betaincc(0.5, 20.0, x * 0.05 + 0.05), ((5,),), domain="unit")
+# the Python functions, through the wrappers jitgraph installs in scipy.special
+op("sc.logsumexp", lambda x: sc.logsumexp(x), ((5,),), ((2, 3),), weight=False)
+op("sc.logsumexp-axis", lambda x: sc.logsumexp(x, axis=-1), ((2, 3),), ((3, 2, 4),))
+op("sc.logsumexp-axes-keepdims", lambda x: sc.logsumexp(x, axis=(0, 2), keepdims=True), ((3, 2, 4),))
+op("sc.logsumexp-b", lambda x, b: sc.logsumexp(x, axis=0, b=b), ((3, 4), (3, 4)), ((3, 4), (4,)),
+   domain=("real", "positive"))
+op("sc.logsumexp-sign", lambda x, b: sc.logsumexp(x, b=b - 1.0, axis=1, return_sign=True)[0],
+   ((3, 4), (3, 4)), domain=("real", "positive"))
+op("sc.softmax", lambda x: sc.softmax(x), ((5,),), ((2, 3),))
+op("sc.softmax-axis", lambda x: sc.softmax(x * 3.0, axis=0), ((3, 4),))
+op("sc.log_softmax", lambda x: sc.log_softmax(x), ((2, 3),))
+op("sc.log_softmax-axis", lambda x: sc.log_softmax(x, axis=-1), ((3, 4),))
+
+nondiff("logsumexp-sign", lambda x: sc.logsumexp(x, b=-np.ones(4), axis=-1, return_sign=True)[1], ((3, 4),))
+nondiff("special-edges", lambda x: sc.erfinv(x * 3.0) + sc.logit(x * 2.0) + sc.gammaln(np.round(x))
+        + sc.entr(x) + sc.xlogy(np.round(x), x), ((3, 4),))
