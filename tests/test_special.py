@@ -196,13 +196,15 @@ def test_incomplete_gamma_and_beta_exact_values(name):
 
 
 def test_incomplete_gamma_against_scipy():
-    a = 10 ** RNG.uniform(-3, 3, 40000)
-    x = a * 10 ** RNG.uniform(-1.5, 1, 40000)
+    rng = np.random.default_rng(7)       # (not the shared RNG: its draws depend on test order)
+    a = 10 ** rng.uniform(-3, 3, 40000)
+    x = a * 10 ** rng.uniform(-1.5, 1, 40000)
     for name in ("gammainc", "gammaincc"):
         got, want = compiled(name, a, x), getattr(sc, name)(a, x)
         big = want > 1e-100
-        # both are within ~1e-12 of the exact values there (ours: 250 ulps at most, SciPy's 2800)
-        np.testing.assert_allclose(got[big], want[big], rtol=2e-12)
+        # both are within ~1e-12 of the exact values there (ours: 250 ulps at most, SciPy's
+        # 2800); the two differ by up to 1.9e-12 relative over six seeds
+        np.testing.assert_allclose(got[big], want[big], rtol=4e-12)
         np.testing.assert_allclose(got, want, atol=1e-100)
     edges = np.array([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [-1.0, 1.0], [1.0, -1.0], [np.inf, 1.0],
                       [np.inf, np.inf], [2.0, np.inf], [np.nan, 1.0], [1.0, np.nan], [1e-300, 1e-300]]).T
