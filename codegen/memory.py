@@ -3,10 +3,12 @@
 The steps of a `Partition` run in order. A stored value (a materialized node) is
 *live* from the step that produces it to the last step that reads it, reads
 through views included (reshapes and transposed views of it). Two values may
-share a buffer when their live ranges do not overlap, and, in one case, when
+share a buffer when their live ranges do not overlap, and, in two cases, when
 they touch: a flat elementwise loop may write its result over an operand it
 reads for the last time at the same point (an in-place update), because each
-point reads before it writes and the chunks of the loop own disjoint points.
+point reads before it writes and the chunks of the loop own disjoint points;
+and an item assignment (`x[:, k] = v`: update_slice, scatter_set) may write into
+the array it updates when that array dies there, which saves copying it.
 
 Buffers are *slots* of one workspace arena. The assignment depends only on the
 graph's structure and its symbolic sizes (a slot holds values of one size class,
@@ -32,10 +34,12 @@ import numpy as np
 from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS
 
-from .fusion import Group
+from .fusion import Group, OpStep
 
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
+# item assignments that may write into the array they update when it dies there
+IN_PLACE_UPDATES = ("update_slice", "scatter_set")
 PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
                "scatter_set")
 
@@ -167,11 +171,14 @@ class MemoryPlan:
 
     # ---- assignment ---------------------------------------------------------------------------
     def _in_place_ok(self, item, victim):
-        """Can `item` (written by a flat loop at step item.start) overwrite `victim`, read there
-        for the last time?"""
+        """Can `item` (written by a flat loop at step item.start, or an item assignment) overwrite
+        `victim`, read there for the last time?"""
         step = self.part.steps[item.start]
-        if not isinstance(step, Group) or step.rank == 0 or step.k != step.rank \
-                or victim.end != item.start:
+        if victim.end != item.start:
+            return False
+        if isinstance(step, OpStep):
+            return self._update_in_place_ok(step.node, victim.node)
+        if step.rank == 0 or step.k != step.rank:
             return False
         v = victim.node
         if tuple(v.shape) != step.shape or tuple(item.node.shape) != step.shape \
@@ -195,6 +202,25 @@ class MemoryPlan:
                     return False
         return True
 
+    def _update_in_place_ok(self, node, v):
+        """An item assignment (update_slice, scatter_set) may write into the array it updates
+        (its first operand) when that array dies here and no other operand (the values, the
+        indices) is stored in it: the untouched elements are then already in place."""
+        if node.op not in IN_PLACE_UPDATES or tuple(node.shape) != tuple(v.shape) \
+                or node.dtype != v.dtype:
+            return False
+        first, *rest = (self.root_of(self.part.resolve(x)) for x in node.inputs)
+        return first is v and all(r is not v for r in rest)
+
+    def updates_in_place(self, node):
+        """Does item assignment `node` write into its first operand's buffer (no copy first)?"""
+        slot = self.slot_of.get(node.id)
+        if slot is None or node.op not in IN_PLACE_UPDATES:
+            return False
+        first = self.root_of(self.part.resolve(node.inputs[0]))
+        return self.slot_of.get(first.id) == slot and any(
+            it.node is node and it.in_place for it in self.slots[slot])
+
     def _assign(self):
         by_start = sorted((it for it in self.items if it.node.id not in self.fresh),
                           key=lambda it: (it.start, it.node.id))
@@ -211,7 +237,8 @@ class MemoryPlan:
             busy = still
             slot = None
             pool = free.get(it.cls)
-            if pool:
+            # an item assignment in place saves copying the array; a loop, only memory
+            if pool and it.node.op not in IN_PLACE_UPDATES:
                 slot = pool.pop()
             else:
                 for k, (end, s, old) in enumerate(busy):
@@ -220,6 +247,8 @@ class MemoryPlan:
                         it.in_place = True
                         del busy[k]
                         break
+                if slot is None and pool:
+                    slot = pool.pop()
             if slot is None:
                 slot = len(self.slots)
                 self.slots.append([])

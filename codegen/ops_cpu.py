@@ -56,7 +56,11 @@ def _pad_slice(em, node, v, x):
 
 @OPS.register("update_slice")
 def _update_slice(em, node, v, x):
-    em.body += [f"{v} = _rt.copy({x[0]}, {em.buffer(node)})", f"_rt.copy({x[1]}, {v}[{em.slices(node.p)}])"]
+    if em.plan.updates_in_place(node):
+        em.body.append(f"{v} = {x[0]}  # updated in place: its old value is read no more")
+    else:
+        em.body.append(f"{v} = _rt.copy({x[0]}, {em.buffer(node)})")
+    em.body.append(f"_rt.copy({x[1]}, {v}[{em.slices(node.p)}])")
 
 
 @OPS.register("concatenate")
@@ -78,9 +82,10 @@ def _gather(em, node, v, x):
     elif node.op == "scatter_add":
         src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
         em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
-    else:       # scatter_set(x, idx, values): a copy of x, then the rows written in order
+    else:       # scatter_set(x, idx, values): x (or a copy of it), then the rows written in order
         src, dst = f"{x[2]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
-        em.body.append(f"{v}_z = _rt.copy({x[0]}, {buf})")
+        em.body.append(f"{v}_z = {x[0]}  # updated in place" if em.plan.updates_in_place(node)
+                       else f"{v}_z = _rt.copy({x[0]}, {buf})")
     em.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
                    f".reshape({S.shape(node.shape)})")
 

@@ -19,6 +19,8 @@ from jitgraph.codegen.memory import MemoryReport  # noqa: E402
 SECTIONS = [
     ("Differentiation and compilation", ["value_and_grad", "grad", "jit_grad", "jit", "hvp", "JitFunction",
                                          "Lowered", "CacheInfo", "RetraceWarning"]),
+    ("Derivatives beyond the gradient", ["vjp", "jvp", "jacobian", "jacrev", "jacfwd", "hessian",
+                                         "check_grads"]),
     ("Memory", ["checkpoint", "memory_report", "MemoryBudgetError", MemoryReport]),
     ("Control flow", ["cond", "fori_loop", "scan", "while_loop"]),
     ("Graphs", ["make_graph", "trace_graph", "eval_graph", "evaluate", "Graph", "Node"]),

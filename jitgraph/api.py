@@ -5,6 +5,7 @@ import numbers
 import numpy as np
 
 from .ad import backward
+from .buffers import recording, unwrap
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph
@@ -139,7 +140,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
                 boxed.append(box)
             trees.append(td)
             args[a] = tree_unflatten(td, boxed)
-        out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
+        with recording():
+            out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
+        out = unwrap(out)
         _check_loss(out, fname)
         if isinstance(out, EagerBox) and out._trace is trace:
             seed = ones_like(out.value)
@@ -157,7 +160,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         value = _to_numpy(unbox(value, trace))
         if has_aux:
             aux_leaves, aux_td = tree_flatten(aux)
-            aux = tree_unflatten(aux_td, [_to_numpy(unbox(v, trace)) for v in aux_leaves])
+            aux = tree_unflatten(aux_td, [_to_numpy(unbox(unwrap(v), trace)) for v in aux_leaves])
             return (value, aux), grads
         return value, grads
 
@@ -187,6 +190,7 @@ def _traced_value_and_grad(fun, args, kwargs, single, nums, has_aux, fname):
         args[a] = tree_unflatten(td, fresh)
     start = len(trace.nodes)
     out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
+    out = unwrap(out)
     _check_loss(out, fname)
     if isinstance(out, Tracer) and out._trace is trace:
         seed = trace.tracer(trace.const(np.ones(out.shape, dtype=out.dtype)))
@@ -222,7 +226,7 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
     `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
     """
     scipy_functions.install()
-    with tracing():
+    with tracing(), recording():
         return _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
 
 
@@ -323,6 +327,7 @@ def _tuple_def(children):
 
 
 def _as_node(trace, v, fname="the function"):
+    v = unwrap(v)
     if isinstance(v, Tensor) and v._trace is trace:
         return v.node
     if isinstance(v, Tensor):

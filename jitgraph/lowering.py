@@ -202,7 +202,9 @@ def _line_of_draw(fun, abstract, argnums, options, guard_fun):
         return line_tracer
 
     def call_tracer(frame, event, arg):
-        library = is_library_frame(frame) or os.path.abspath(frame.f_code.co_filename).startswith(_STDLIB)
+        name = frame.f_code.co_filename
+        library = is_library_frame(frame) or name.startswith("<frozen") \
+            or os.path.abspath(name).startswith(_STDLIB)
         return None if library else line_tracer
 
     sys.settrace(call_tracer)

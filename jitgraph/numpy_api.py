@@ -16,6 +16,7 @@ import builtins
 
 import numpy as np
 
+from .buffers import Buffer, unwrap
 from .core import ARGUMENT, GraphTrace, Tensor, View, bind, innermost
 from .errors import NotSupportedError, ShapeError, where
 from .ops.registry import FUNCTIONS, METHODS, UFUNCS, VIEWS, method
@@ -41,8 +42,10 @@ def as_operand(x):
     is an object array of traced scalars (what np.array([a, b]) makes of them)."""
     if isinstance(x, Tensor):
         return x
+    if isinstance(x, Buffer):
+        return as_operand(unwrap(x))
     if isinstance(x, (list, tuple)):
-        if builtins.any(isinstance(e, Tensor) for e in _leaves(x)):
+        if builtins.any(isinstance(unwrap(e), Tensor) for e in _leaves(x)):
             return np.stack([as_operand(e) for e in x])
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
         check_array_type(x, "an operand")

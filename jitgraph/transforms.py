@@ -22,6 +22,7 @@ import functools
 import numpy as np
 
 from .ad import backward_multi
+from .buffers import recording, unwrap
 from .api import _check_diff_leaf, _fname, _leaf_value, _norm_argnums, grad
 from .core import EagerTrace, Tensor, Tracer, bind, unbox
 from .errors import GradError
@@ -60,7 +61,9 @@ class _Recording:
                 boxed.append(box)
             self.trees.append(td)
             args[a] = tree_unflatten(td, boxed)
-        out = fun(*args, **kwargs)
+        with recording():
+            out = fun(*args, **kwargs)
+        out = tree_map_leaves(out, unwrap)
         if has_aux:
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise GradError(f"{fname} has has_aux=True, so it must return a pair (value, aux)")

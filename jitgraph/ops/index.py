@@ -17,6 +17,7 @@ import builtins
 
 import numpy as np
 
+from ..buffers import unwrap
 from ..core import EagerBox, Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
@@ -164,7 +165,7 @@ def _parse(shape, key, masks_allowed=False):
     if not isinstance(key, tuple):
         key = (key,)
     items = []
-    for k in key:
+    for k in map(unwrap, key):
         if k is None or k is Ellipsis:
             items.append(k)
         elif isinstance(k, slice):

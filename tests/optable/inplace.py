@@ -168,6 +168,41 @@ def _in_place_sort(x):
     return y
 
 
+def _zeros_filled(x):
+    out = np.zeros((4, 3), x.dtype)  # a NumPy array the function fills with traced values
+    out[:, 0] = x[:, 0] ** 2
+    out[1:, 1] = np.sin(x[:3, 1])
+    out[2] += x[2, :3]
+    return out
+
+
+def _empty_loop(x):
+    out = np.empty(5, dtype=x.dtype)
+    for i in range(5):
+        out[i] = x[i % 4, i] * (i + 1)
+    return out * out.sum()
+
+
+def _ones_out(x):
+    r = np.ones((4, 5), x.dtype)
+    np.multiply(r, x, out=r)
+    r += x
+    return r.T @ r[:, :2]
+
+
+def _eye_rows(x):
+    e = np.eye(4, dtype=x.dtype)
+    e[0] = x[0, :4]
+    rows = [row * 2.0 for row in e]   # iterating reads the filled array
+    return np.stack(rows) @ x[:, :4] + np.zeros_like(e)
+
+
+def _constant_buffer(x):
+    c = np.zeros(5, x.dtype)
+    c[1] = 2.0                         # only constants: stays a NumPy array
+    return x * c
+
+
 for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), ("setitem whole", _whole),
                    ("setitem rows", _rows), ("setitem points", _points), ("setitem mixed", _mixed),
                    ("setitem traced mask", _traced_mask), ("setitem known mask", _known_mask),
@@ -177,5 +212,7 @@ for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), (
                    ("ufunc out=", _out), ("np.fill_diagonal", _fill_diagonal),
                    ("np.put_along_axis", _put_along_axis), ("setitem python loop", _python_loop),
                    ("setitem fori_loop", _fori_loop), ("setitem zeros_like", _zeros_then_fill),
-                   ("sort in place", _in_place_sort)]:
+                   ("sort in place", _in_place_sort), ("np.zeros filled", _zeros_filled),
+                   ("np.empty filled in a loop", _empty_loop), ("np.ones out=", _ones_out),
+                   ("np.eye rows", _eye_rows), ("np.zeros constant", _constant_buffer)]:
     op(_name, _fn, ((4, 5),))

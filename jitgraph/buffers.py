@@ -1,0 +1,201 @@
+"""Arrays a recorded function creates with NumPy (`out = np.zeros((n, k))`) and fills with
+recorded values (`out[:, j] = f(x)`).
+
+NumPy's own `np.zeros` returns a plain ndarray, which cannot hold a traced value. While
+a function is recorded (traced for `jit`, or taped by `value_and_grad`), the array
+creation functions called from the user's code (`np.zeros`, `ones`, `empty`, `full`,
+their `_like` forms, `eye`, `identity`) return a `Buffer` instead: an ndarray that
+behaves exactly as one until a recorded value is written into it. From then on it
+stands for a recorded value, its `shadow` (the constant contents, updated by item
+assignment like any traced array): NumPy functions, ufuncs, operators, indexing and
+methods on it all read the shadow, and a function returning it returns the shadow.
+
+The creation functions are replaced in the `numpy` module only while some thread
+records, and give a Buffer only in a thread that records, to a caller outside NumPy
+and jitgraph; `from numpy import zeros` bound before that keeps NumPy's function.
+"""
+import contextlib
+import sys
+import threading
+
+import numpy as np
+
+from .core import Tensor, innermost
+from .errors import is_library_frame, where
+from .ops.registry import METHODS
+
+_CREATORS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+             "eye", "identity")
+
+
+class Buffer(np.ndarray):
+    """An ndarray made by the recorded function itself; see the module docstring."""
+
+    def __array_finalize__(self, obj):
+        self._shadow = None        # views and copies of a Buffer are plain arrays' equals
+
+    # ---- becoming a recorded value ------------------------------------------------------------
+    def _promote(self, *values):
+        """The shadow, made from the current contents in the innermost trace of `values`."""
+        shadow = self._shadow
+        if shadow is None:
+            top = innermost([v for v in _tensors(values)])
+            contents = np.array(self.view(np.ndarray), copy=True)
+            shadow = top.lift(contents)
+            shadow = shadow.rebind(shadow.node)      # a fresh, writable array
+            self._shadow = shadow
+        return shadow
+
+    def __setitem__(self, key, value):
+        if self._shadow is None and not _tensors((key, value)):
+            np.ndarray.__setitem__(self, key, value)
+            return
+        METHODS["setitem"](self._promote(key, value), key, _plain(value))
+
+    # ---- reading: the shadow, once there is one --------------------------------------------------
+    def __getattribute__(self, name):
+        if name.startswith("_") or name in _OWN:
+            return np.ndarray.__getattribute__(self, name)
+        shadow = np.ndarray.__getattribute__(self, "_shadow")
+        if shadow is not None:
+            return getattr(shadow, name)
+        return np.ndarray.__getattribute__(self, name)
+
+    def __getitem__(self, key):
+        if self._shadow is not None or _tensors(key):
+            return METHODS["getitem"](self._promote(key), key) if self._shadow is None \
+                else self._shadow[key]
+        return np.ndarray.__getitem__(self.view(np.ndarray), key)
+
+    def __iter__(self):
+        if self._shadow is not None:
+            return iter(self._shadow)
+        return np.ndarray.__iter__(self.view(np.ndarray))
+
+    def __bool__(self):
+        return bool(self._shadow) if self._shadow is not None else bool(self.view(np.ndarray))
+
+    def __float__(self):
+        return float(self._shadow if self._shadow is not None else self.view(np.ndarray))
+
+    def __int__(self):
+        return int(self._shadow if self._shadow is not None else self.view(np.ndarray))
+
+    def __index__(self):
+        return (self._shadow if self._shadow is not None else self.view(np.ndarray)).__index__()
+
+    def __repr__(self):
+        if self._shadow is not None:
+            return repr(self._shadow)
+        return repr(self.view(np.ndarray))
+
+    __str__ = __repr__
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        inputs = tuple(_plain(x) for x in inputs)
+        outs = out if isinstance(out, tuple) else ((out,) if out is not None else ())
+        writes = [o for o in outs if isinstance(o, Buffer) and (o._shadow is not None or _tensors(inputs))]
+        if not writes:
+            if outs:
+                kwargs["out"] = tuple(_plain(o) if not isinstance(o, Buffer) else o.view(np.ndarray)
+                                      for o in outs)
+            result = getattr(ufunc, method)(*inputs, **kwargs)
+            return outs[0] if len(outs) == 1 and isinstance(outs[0], Buffer) else result
+        if len(outs) != 1:
+            raise NotImplementedError(f"np.{ufunc.__name__} with several out= arrays on traced values"
+                                      f"{where()}")
+        target = outs[0]
+        shadow = target._promote(*inputs)
+        result = getattr(ufunc, method)(*inputs, **kwargs)
+        METHODS["assign"](shadow, result, f"np.{ufunc.__name__}(..., out=)")
+        return target
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+
+
+# attributes answered by the Buffer itself, never by its shadow
+_OWN = frozenset({"view", "base", "flags", "ctypes", "data", "setflags"})
+
+
+def _tensors(values):
+    """The Tensors among `values` (nested in tuples, lists, dicts, and shadows of Buffers)."""
+    found = []
+    stack = [values]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Tensor):
+            found.append(v)
+        elif isinstance(v, Buffer):
+            if v._shadow is not None:
+                found.append(v._shadow)
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, np.ndarray) and v.dtype == object:
+            stack.extend(v.flat)
+    return found
+
+
+def _plain(x):
+    """x with every Buffer replaced by its shadow, or by a plain ndarray view of it."""
+    if isinstance(x, Buffer):
+        return x._shadow if x._shadow is not None else x.view(np.ndarray)
+    if isinstance(x, tuple):
+        return tuple(_plain(e) for e in x)
+    if isinstance(x, list):
+        return [_plain(e) for e in x]
+    return x
+
+
+def unwrap(x):
+    """A Buffer as the value it stands for (its shadow, or a plain array); anything else as is."""
+    return _plain(x) if isinstance(x, Buffer) else x
+
+
+# ---- the creation functions while recording ------------------------------------------------------
+class _State(threading.local):
+    depth = 0
+
+
+_state = _State()
+_lock = threading.Lock()
+_installed = {"count": 0, "originals": {}}
+
+
+def _wrapper(name, original):
+    def create(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if _state.depth and type(result) is np.ndarray and not is_library_frame(sys._getframe(1)):
+            return result.view(Buffer)
+        return result
+    create.__name__ = create.__qualname__ = name
+    create.__doc__ = original.__doc__
+    create.__wrapped__ = original
+    return create
+
+
+@contextlib.contextmanager
+def recording():
+    """Marks the code inside as recorded in this thread: array creation functions called from
+    the user's code return Buffers (installed in the numpy module while any thread records)."""
+    with _lock:
+        if _installed["count"] == 0:
+            for name in _CREATORS:
+                original = getattr(np, name)
+                _installed["originals"][name] = original
+                setattr(np, name, _wrapper(name, original))
+        _installed["count"] += 1
+    _state.depth += 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+        with _lock:
+            _installed["count"] -= 1
+            if _installed["count"] == 0:
+                for name, original in _installed["originals"].items():
+                    setattr(np, name, original)
+                _installed["originals"].clear()
