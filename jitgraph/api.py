@@ -5,7 +5,8 @@ import numbers
 import numpy as np
 
 from .ad import backward
-from .buffers import recording, unwrap
+from .buffers import unwrap
+from .recording import recording
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph

@@ -2,30 +2,19 @@
 recorded values (`out[:, j] = f(x)`).
 
 NumPy's own `np.zeros` returns a plain ndarray, which cannot hold a traced value. While
-a function is recorded (traced for `jit`, or taped by `value_and_grad`), the array
-creation functions called from the user's code (`np.zeros`, `ones`, `empty`, `full`,
-their `_like` forms, `eye`, `identity`) return a `Buffer` instead: an ndarray that
-behaves exactly as one until a recorded value is written into it. From then on it
-stands for a recorded value, its `shadow` (the constant contents, updated by item
-assignment like any traced array): NumPy functions, ufuncs, operators, indexing and
-methods on it all read the shadow, and a function returning it returns the shadow.
-
-The creation functions are replaced in the `numpy` module only while some thread
-records, and give a Buffer only in a thread that records, to a caller outside NumPy
-and jitgraph; `from numpy import zeros` bound before that keeps NumPy's function.
+a function is recorded, the array creation functions called from the user's code
+(`np.zeros`, `ones`, `empty`, `full`, their `_like` forms, `eye`, `identity`) return a
+`Buffer` instead (see recording.py): an ndarray that behaves exactly as one until a
+recorded value is written into it. From then on it stands for a recorded value, its
+`shadow` (the constant contents, updated by item assignment like any traced array):
+NumPy functions, ufuncs, operators, indexing and methods on it all read the shadow,
+and a function returning it returns the shadow.
 """
-import contextlib
-import sys
-import threading
-
 import numpy as np
 
 from .core import Tensor, innermost
-from .errors import is_library_frame, where
+from .errors import where
 from .ops.registry import METHODS
-
-_CREATORS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
-             "eye", "identity")
 
 
 class Buffer(np.ndarray):
@@ -39,7 +28,7 @@ class Buffer(np.ndarray):
         """The shadow, made from the current contents in the innermost trace of `values`."""
         shadow = self._shadow
         if shadow is None:
-            top = innermost([v for v in _tensors(values)])
+            top = innermost([v for v in tensors(values)])
             contents = np.array(self.view(np.ndarray), copy=True)
             shadow = top.lift(contents)
             shadow = shadow.rebind(shadow.node)      # a fresh, writable array
@@ -47,7 +36,7 @@ class Buffer(np.ndarray):
         return shadow
 
     def __setitem__(self, key, value):
-        if self._shadow is None and not _tensors((key, value)):
+        if self._shadow is None and not tensors((key, value)):
             np.ndarray.__setitem__(self, key, value)
             return
         METHODS["setitem"](self._promote(key, value), key, _plain(value))
@@ -62,7 +51,7 @@ class Buffer(np.ndarray):
         return np.ndarray.__getattribute__(self, name)
 
     def __getitem__(self, key):
-        if self._shadow is not None or _tensors(key):
+        if self._shadow is not None or tensors(key):
             return METHODS["getitem"](self._promote(key), key) if self._shadow is None \
                 else self._shadow[key]
         return np.ndarray.__getitem__(self.view(np.ndarray), key)
@@ -95,7 +84,7 @@ class Buffer(np.ndarray):
         out = kwargs.pop("out", None)
         inputs = tuple(_plain(x) for x in inputs)
         outs = out if isinstance(out, tuple) else ((out,) if out is not None else ())
-        writes = [o for o in outs if isinstance(o, Buffer) and (o._shadow is not None or _tensors(inputs))]
+        writes = [o for o in outs if isinstance(o, Buffer) and (o._shadow is not None or tensors(inputs))]
         if not writes:
             if outs:
                 kwargs["out"] = tuple(_plain(o) if not isinstance(o, Buffer) else o.view(np.ndarray)
@@ -119,7 +108,7 @@ class Buffer(np.ndarray):
 _OWN = frozenset({"view", "base", "flags", "ctypes", "data", "setflags"})
 
 
-def _tensors(values):
+def tensors(values):
     """The Tensors among `values` (nested in tuples, lists, dicts, and shadows of Buffers)."""
     found = []
     stack = [values]
@@ -153,49 +142,3 @@ def _plain(x):
 def unwrap(x):
     """A Buffer as the value it stands for (its shadow, or a plain array); anything else as is."""
     return _plain(x) if isinstance(x, Buffer) else x
-
-
-# ---- the creation functions while recording ------------------------------------------------------
-class _State(threading.local):
-    depth = 0
-
-
-_state = _State()
-_lock = threading.Lock()
-_installed = {"count": 0, "originals": {}}
-
-
-def _wrapper(name, original):
-    def create(*args, **kwargs):
-        result = original(*args, **kwargs)
-        if _state.depth and type(result) is np.ndarray and not is_library_frame(sys._getframe(1)):
-            return result.view(Buffer)
-        return result
-    create.__name__ = create.__qualname__ = name
-    create.__doc__ = original.__doc__
-    create.__wrapped__ = original
-    return create
-
-
-@contextlib.contextmanager
-def recording():
-    """Marks the code inside as recorded in this thread: array creation functions called from
-    the user's code return Buffers (installed in the numpy module while any thread records)."""
-    with _lock:
-        if _installed["count"] == 0:
-            for name in _CREATORS:
-                original = getattr(np, name)
-                _installed["originals"][name] = original
-                setattr(np, name, _wrapper(name, original))
-        _installed["count"] += 1
-    _state.depth += 1
-    try:
-        yield
-    finally:
-        _state.depth -= 1
-        with _lock:
-            _installed["count"] -= 1
-            if _installed["count"] == 0:
-                for name, original in _installed["originals"].items():
-                    setattr(np, name, original)
-                _installed["originals"].clear()

@@ -31,11 +31,18 @@ class GradError(JitgraphError, TypeError):
     """A request for a gradient that cannot be honoured (non-scalar output, integer input, ...)."""
 
 
+_LIBRARY_FILES = {}
+
+
 def is_library_frame(frame):
     """Is this frame jitgraph's or NumPy's (not the user's code)?"""
-    fname = os.path.abspath(frame.f_code.co_filename)
-    return fname.startswith(_PKG_DIRS) or fname.startswith(_NUMPY_DIR) \
-        or fname.startswith("<__array_function__")
+    name = frame.f_code.co_filename
+    known = _LIBRARY_FILES.get(name)
+    if known is None:
+        fname = os.path.abspath(name)
+        known = _LIBRARY_FILES[name] = fname.startswith(_PKG_DIRS) or fname.startswith(_NUMPY_DIR) \
+            or fname.startswith("<__array_function__")
+    return known
 
 
 def user_frame():

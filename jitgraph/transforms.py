@@ -22,7 +22,8 @@ import functools
 import numpy as np
 
 from .ad import backward_multi
-from .buffers import recording, unwrap
+from .buffers import unwrap
+from .recording import recording
 from .api import _check_diff_leaf, _fname, _leaf_value, _norm_argnums, grad
 from .core import EagerTrace, Tensor, Tracer, bind, unbox
 from .errors import GradError

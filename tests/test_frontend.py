@@ -331,7 +331,7 @@ def test_control_flow_traced_raises_tracing_error(grad):
 
 def test_other_concrete_uses_raise_tracing_error():
     x = np.array([1.0, 2.0])
-    for f in (lambda x: float(np.sum(x)), lambda x: np.sum(x).item(), lambda x: np.asarray(x) + 1,
+    for f in (lambda x: float(np.sum(x)), lambda x: np.sum(x).item(), lambda x: np.sum(x).tolist(),
               lambda x: int(x[0]), lambda x: [0, 1, 2][x[0]]):
         with pytest.raises(jg.TracingError, match="value_and_grad"):
             jg.make_graph(f)(x)

@@ -1,0 +1,199 @@
+"""What NumPy does with recorded values where no protocol lets jitgraph see it.
+
+`__array_ufunc__` and `__array_function__` reach jitgraph when a traced value is an
+argument, but not when it sits inside a Python list (`np.mean([a, b])`), is handed
+to a C constructor (`np.array([a, b])`, `np.asarray(x)`), is concatenated by
+`np.r_`/`np.c_`, or is written into an array NumPy created (`out = np.zeros(n);
+out[i] = a`). While a function is recorded (traced for `jit`, or taped by
+`value_and_grad`), `recording()` puts wrappers for those entry points in the `numpy`
+module; a wrapper does jitgraph's work only in a thread that records, for a call from
+the user's code (not NumPy's or jitgraph's own), and when a recorded value is
+involved, and otherwise calls NumPy's function. Names bound with `from numpy import
+mean` before the recording keep NumPy's functions.
+"""
+import builtins
+import contextlib
+import os
+import sys
+import sysconfig
+import threading
+
+import numpy as np
+
+from .buffers import Buffer, tensors
+from .core import Tensor
+from .errors import NotSupportedError, is_library_frame, where
+from .numpy_api import as_operand, cast, result_dtype, shape_of
+from .ops.registry import FUNCTIONS
+from .ops.shape import concatenate, reshape, transpose_
+
+_CREATORS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+             "eye", "identity")
+
+
+class _State(threading.local):
+    depth = 0
+
+
+_state = _State()
+_lock = threading.Lock()
+_installed = {"count": 0, "originals": {}}
+
+
+_INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
+                                                         sysconfig.get_paths()["platlib"]})
+_FROM_PACKAGE = {}
+
+
+def _from_user():
+    """Does the patched function's caller (two frames up) belong to the user's code (not NumPy's,
+    jitgraph's, or an installed package's such as SciPy, which get NumPy's functions)?"""
+    if not _state.depth:
+        return False
+    frame = sys._getframe(2)
+    if is_library_frame(frame):
+        return False
+    name = frame.f_code.co_filename
+    installed = _FROM_PACKAGE.get(name)
+    if installed is None:
+        installed = _FROM_PACKAGE[name] = os.path.abspath(name).startswith(_INSTALLED)
+    return not installed
+
+
+# ---- the wrappers -----------------------------------------------------------------------------------
+def _creator(name, original):
+    """np.zeros & co: a Buffer, which can receive recorded values (see buffers.py)."""
+    def create(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if type(result) is np.ndarray and _from_user():
+            return result.view(Buffer)
+        return result
+    return create
+
+
+def _constructor(name, original, copy_default):
+    """np.array, np.asarray & co. of recorded values (or lists holding them): a recorded value."""
+    def construct(a, dtype=None, *args, **kwargs):
+        if not (_from_user() and tensors(a)):
+            return original(a, dtype, *args, **kwargs)
+        if args or builtins.any(k not in ("copy", "ndmin", "order", "subok") for k in kwargs):
+            raise NotSupportedError(f"np.{name} of traced values with arguments {sorted(kwargs)} is not "
+                                    f"supported{where()}")
+        t = as_operand(a)
+        if dtype is not None:
+            t = cast(t, dtype)
+        ndmin = kwargs.get("ndmin", 0)
+        if len(t.shape) < ndmin:
+            t = reshape(t, (1,) * (ndmin - len(t.shape)) + tuple(t.shape))
+        copy = kwargs.get("copy", copy_default)
+        if copy and t is a:
+            t = t.rebind(t.node)
+        return t
+    return construct
+
+
+def _list_aware(fn, original):
+    """A NumPy function jitgraph implements, called with recorded values inside lists (which
+    __array_function__ does not look into): jitgraph's implementation."""
+    def call(*args, **kwargs):
+        if _from_user() and _in_containers(args, kwargs):
+            return fn(*args, **kwargs)
+        return original(*args, **kwargs)
+    return call
+
+
+def _in_containers(args, kwargs):
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, (list, tuple)) and tensors(v):
+            return True
+    return False
+
+
+class _Concatenator:
+    """np.r_ / np.c_ with recorded values among the items (NumPy's rules: slices are ranges,
+    a leading "axis,ndmin,trans1d" string sets the layout, scalars are weak)."""
+
+    def __init__(self, original, axis, ndmin, trans1d):
+        self.original = original
+        self.axis, self.ndmin, self.trans1d = axis, ndmin, trans1d
+
+    def __getitem__(self, key):
+        if not (_state.depth and tensors(key)):
+            return self.original[key]
+        key = key if isinstance(key, tuple) else (key,)
+        axis, ndmin, trans1d = self.axis, self.ndmin, self.trans1d
+        objs, kinds = [], []
+        for k, item in enumerate(key):
+            if isinstance(item, str):
+                if k != 0 or item in ("r", "c"):
+                    raise NotSupportedError(f"np.r_/np.c_ directive {item!r} with traced values is not "
+                                            f"supported{where()}")
+                vec = [int(v) for v in item.split(",")]
+                axis = vec[0]
+                if len(vec) > 1:
+                    ndmin = vec[1]
+                if len(vec) > 2:
+                    trans1d = vec[2]
+                continue
+            # a slice is NumPy's range (or linspace) of it; scalars are weak in the result type
+            obj = self.original[item] if isinstance(item, slice) else item
+            kinds.append(obj)
+            nd = len(shape_of(obj))
+            t = as_operand(obj)
+            if nd < ndmin:
+                t = reshape(t, (1,) * (ndmin - nd) + tuple(shape_of(t)))
+                if trans1d != -1:
+                    k2 = ndmin - nd
+                    k1 = trans1d + k2 + 1 if trans1d < 0 else trans1d
+                    axes = list(range(ndmin))
+                    t = transpose_(t, axes[:k1] + axes[k2:] + axes[k1:k2])
+            objs.append(t)
+        dt = result_dtype(*kinds)
+        return concatenate([cast(t, dt) for t in objs], axis=axis)
+
+
+# ---- installing them while recording -------------------------------------------------------------------
+_PATCHES = []
+
+
+def _patches():
+    """(name, replacement) for each patched attribute of the numpy module (made once)."""
+    if not _PATCHES:
+        _PATCHES.extend(_make_patches())
+    return _PATCHES
+
+
+def _make_patches():
+    out = [(name, _creator(name, getattr(np, name))) for name in _CREATORS]
+    out += [(name, _constructor(name, getattr(np, name), copy)) for name, copy in
+            (("array", True), ("asarray", False), ("asanyarray", False), ("ascontiguousarray", False))]
+    out += [("r_", _Concatenator(np.r_, 0, 1, -1)), ("c_", _Concatenator(np.c_, -1, 2, 0))]
+    taken = {name for name, _ in out}
+    for name in dir(np):
+        obj = getattr(np, name, None)
+        if name not in taken and callable(obj) and not isinstance(obj, (type, np.ufunc)) and obj in FUNCTIONS:
+            out.append((name, _list_aware(FUNCTIONS[obj], obj)))
+    return out
+
+
+@contextlib.contextmanager
+def recording():
+    """Marks the code inside as recorded in this thread, with NumPy's entry points that no
+    protocol reaches replaced (in the numpy module, while any thread records)."""
+    with _lock:
+        if _installed["count"] == 0:
+            for name, replacement in _patches():
+                _installed["originals"][name] = getattr(np, name)
+                setattr(np, name, replacement)
+        _installed["count"] += 1
+    _state.depth += 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+        with _lock:
+            _installed["count"] -= 1
+            if _installed["count"] == 0:
+                for name, original in _installed["originals"].items():
+                    setattr(np, name, original)
+                _installed["originals"].clear()
