@@ -25,3 +25,9 @@ def test_api_reference_is_up_to_date():
     r = subprocess.run([sys.executable, "docs/make_api.py", "--check"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_numpy_surface_in_readme_is_up_to_date():
+    r = subprocess.run([sys.executable, "docs/make_surface.py", "--check"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
