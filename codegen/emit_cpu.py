@@ -119,6 +119,12 @@ class Emitter(EmitterBase):
 
     spell = staticmethod(spell)
 
+    def slot(self, slot, shape, dtype):
+        # a Python entry (driver) makes its views with NumPy: a call of the compiled helper
+        # from Python costs ~8 us of argument type checks, the NumPy view ~1 us
+        expr = super().slot(slot, shape, dtype)
+        return expr.replace("_rt.slot(", "_rt.slot_view(", 1) if self.driver else expr
+
     def require(self, line):
         """Have the generated module run the import `line` (a lowering's helper module)."""
         if line not in self.imports:

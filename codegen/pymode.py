@@ -26,9 +26,9 @@ prange = range
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL})
-runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", None)
+runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
-                                                "copy", "slot")})
+                                                "copy", "slot", "slot_view")})
 
 _IMPORTS = {
     "from numba import njit, prange": "from jitgraph.codegen.pymode import njit, prange",

@@ -28,12 +28,28 @@ def slot(ws, offset, nbytes, shape, dtype):
     return ws[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
+def slot_view(ws, offset, nbytes, shape, dtype):
+    """`slot` for a Python caller (a Python entry): the same view, made by NumPy."""
+    return ws[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+@njit(**_OPTS)
+def _copy_row(s, d):
+    for j in range(s.shape[0]):
+        d[j] = s[j]
+
+
 @njit(**_OPTS)
 def copy(src, dst):
-    """dst[...] = src for arrays of one shape (any layouts); returns dst. Element loops
-    compile faster than Numba's broadcasting array assignment."""
-    for idx in np.ndindex(src.shape):
-        dst[idx] = src[idx]
+    """dst[...] = src for arrays of one shape (any layouts); returns dst. A loop over the last
+    axis per leading index: contiguous rows copy at np.copyto's speed (an element loop over
+    np.ndindex ran at a fifth of it), and it compiles faster than Numba's array assignment."""
+    if src.ndim == 0 or src.size == 0:
+        for idx in np.ndindex(src.shape):
+            dst[idx] = src[idx]
+        return dst
+    for idx in np.ndindex(src.shape[:-1]):
+        _copy_row(src[idx], dst[idx])
     return dst
 
 
