@@ -18,7 +18,7 @@ from jitgraph.codegen.memory import MemoryReport  # noqa: E402
 
 SECTIONS = [
     ("Differentiation and compilation", ["value_and_grad", "grad", "jit_grad", "jit", "hvp", "JitFunction",
-                                         "Lowered", "CacheInfo", "RetraceWarning"]),
+                                         "Lowered", "CacheInfo", "RetraceWarning", "CompileWarning"]),
     ("Derivatives beyond the gradient", ["vjp", "jvp", "jacobian", "jacrev", "jacfwd", "hessian",
                                          "check_grads"]),
     ("Memory", ["checkpoint", "memory_report", "MemoryBudgetError", MemoryReport]),

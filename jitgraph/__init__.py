@@ -27,6 +27,7 @@ from .ops.reduce import log_softmax, logsumexp, softmax
 from .api import eval_graph, grad, make_graph, trace_graph, value_and_grad
 from .interpreter import evaluate
 from .jit import CacheInfo, JitFunction, Lowered, RetraceWarning, hvp, jit, jit_grad, memory_report
+from .tiered import CompileWarning
 from .remat import MemoryBudgetError, checkpoint
 from .transforms import check_grads, hessian, jacfwd, jacobian, jacrev, jvp, vjp
 from . import distributed  # noqa: F401  (Dask is imported only when it is used)
@@ -36,7 +37,7 @@ from .tree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = [
     "value_and_grad", "grad", "vjp", "jvp", "jacobian", "jacrev", "jacfwd", "hessian", "check_grads",
-    "jit", "jit_grad", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",
+    "jit", "jit_grad", "CompileWarning", "JitFunction", "Lowered", "CacheInfo", "RetraceWarning",
     "cond", "fori_loop", "scan", "while_loop", "hvp", "checkpoint", "memory_report", "MemoryBudgetError",
     "make_graph", "trace_graph", "eval_graph", "evaluate", "export_onnx", "to_dot", "render",
     "Graph", "Node", "logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient",

@@ -27,6 +27,7 @@ import functools
 import inspect
 import sys
 import threading
+import time
 import uuid
 import weakref
 
@@ -35,17 +36,19 @@ import numpy as np
 from .api import check_argnums, grad, value_and_grad
 from .core import Tensor
 from .entry import Stale
-from .lowering import Lowered, lower
-from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, log_enabled,
-                        log_message, stale_names)
+from .lowering import Lowered, build, lower, resolved_target, trace
+from .tiered import CompileWarning, TieredEntry
+from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, guards,
+                        log_enabled, log_message, stale_names)
 from .tree import tree_flatten
 
 __all__ = ["jit", "jit_grad", "hvp", "memory_report", "JitFunction", "Lowered", "CacheInfo",
-           "RetraceWarning"]
+           "RetraceWarning", "CompileWarning"]
 
 
 CacheInfo = collections.namedtuple(
-    "CacheInfo", "traces compiles hits disk_hits kernel_reuses entries maxsize evictions")
+    "CacheInfo", "traces compiles hits disk_hits kernel_reuses entries maxsize evictions interpreted_calls "
+                 "compiled_calls")
 CacheInfo.__doc__ = """Counters of one compiled function's caches.
 
 traces: how many times the function was traced (trace-cache misses).
@@ -54,6 +57,9 @@ hits: calls served by the trace cache.
 disk_hits: traces whose kernel was loaded from the on-disk cache.
 kernel_reuses: traces whose kernel was already compiled in this process (e.g. a new batch size).
 entries / maxsize: current and maximum size of the trace cache; evictions: LRU evictions.
+interpreted_calls: calls that ran on the NumPy interpreter while their kernel compiled (tiered);
+compiled_calls: calls that went to a kernel through the tier check (once the kernel is ready,
+the cache holds it and later calls count as hits only).
 """
 
 
@@ -75,7 +81,8 @@ class JitFunction:
     """A compiled version of `fun`; see `jit` and `jit_grad`."""
 
     def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba",
-                 target="cpu", static_argnums=(), cache_size=None, remat=None, reuse_buffers=True):
+                 target="cpu", static_argnums=(), cache_size=None, remat=None, reuse_buffers=True,
+                 wait=None):
         if backend not in ("numba", "python"):
             raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
         if target not in ("cpu", "cuda", "auto"):
@@ -87,6 +94,8 @@ class JitFunction:
         self.grad = grad
         self.remat = remat
         self.reuse_buffers = bool(reuse_buffers)
+        # compile before the first call returns (else: tiered, see tiered.py)
+        self.wait_compile = bool(env_int("JITGRAPH_WAIT", 0)) if wait is None else bool(wait)
         self.argnums = argnums
         self.has_aux = has_aux
         self.parallel = parallel
@@ -103,7 +112,8 @@ class JitFunction:
         self._entries = collections.OrderedDict()
         self._lock = threading.RLock()
         self._token = uuid.uuid4().hex
-        self._stats = dict(traces=0, compiles=0, hits=0, disk_hits=0, kernel_reuses=0, evictions=0)
+        self._stats = dict(traces=0, compiles=0, hits=0, disk_hits=0, kernel_reuses=0, evictions=0,
+                           interpreted_calls=0, compiled_calls=0)
         functools.update_wrapper(self, fun)
 
     # -- the call path -------------------------------------------------------------------------
@@ -157,13 +167,51 @@ class JitFunction:
             desc = self.signature.describe(args)
             self.signature.explain(desc, self._stats["traces"])
             fun, dyn, argnums = self.signature.split_static(args, self.argnums, self.grad)
-            entry = lower(fun, dyn, argnums, self._options(), self.fun, desc, self._stats)
-            self._debug(entry.lowered)
+            if self._tiered():
+                entry = self._tiered_entry(key, fun, dyn, argnums, desc)
+            else:
+                entry = lower(fun, dyn, argnums, self._options(), self.fun, desc, self._stats)
+                self._debug(entry.lowered)
             self._entries[key] = entry
             while len(self._entries) > max(self.maxsize, 1):
                 self._entries.popitem(last=False)
                 self._stats["evictions"] += 1
             return entry
+
+    def _tiered(self):
+        return not self.wait_compile and self.backend == "numba" and resolved_target(self.target) == "cpu"
+
+    def _tiered_entry(self, key, fun, dyn, argnums, desc):
+        """Trace now; compile in the background (tiered.py)."""
+        t0 = time.perf_counter()
+        options = self._options()
+        graph = trace(fun, dyn, argnums, options, self.fun, self._stats)
+        guard_list = guards(self.fun)
+        trace_time = time.perf_counter() - t0
+
+        def build_():
+            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time)
+
+        def ready(entry):
+            with self._lock:
+                if self._entries.get(key) is tiered:
+                    self._entries[key] = entry
+            self._debug(entry.lowered)
+
+        tiered = TieredEntry(graph, guard_list, desc, build_, ready, self._stats)
+        return tiered
+
+    def ready(self, *args):
+        """Is every signature traced so far compiled (or, given arguments, theirs)? Calls before
+        that run on the NumPy interpreter (see `jit`'s `wait`)."""
+        entries = list(self._entries.values()) if not args else [self._entries.get(self.signature.key(args)[0])]
+        return all(getattr(e, "ready", lambda: True)() for e in entries if e is not None)
+
+    def wait(self, *args, timeout=None):
+        """Block until every signature traced so far is compiled (or, given arguments, theirs);
+        True if that happened within `timeout` seconds. A compile error is raised here."""
+        entries = list(self._entries.values()) if not args else [self._entries.get(self.signature.key(args)[0])]
+        return all(e.wait(timeout) for e in entries if e is not None and hasattr(e, "wait"))
 
     def _options(self):
         return dict(grad=self.grad, has_aux=self.has_aux, parallel=self.parallel, backend=self.backend,
@@ -183,7 +231,8 @@ class JitFunction:
         """A `CacheInfo` with this function's trace/compile/hit counters."""
         s = self._stats
         return CacheInfo(s["traces"], s["compiles"], s["hits"], s["disk_hits"], s["kernel_reuses"],
-                         len(self._entries), self.maxsize, s["evictions"])
+                         len(self._entries), self.maxsize, s["evictions"], s["interpreted_calls"],
+                         s["compiled_calls"])
 
     def release_buffers(self, workspace=True, outputs=True):
         """Free the buffers kept between calls: the workspace arenas and/or the output buffers
@@ -228,7 +277,7 @@ class JitFunction:
         options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
                        parallel=self.parallel, backend=self.backend, target=self.target,
                        static_argnums=self.static_argnums, cache_size=self.maxsize, remat=self.remat,
-                       reuse_buffers=self.reuse_buffers)
+                       reuse_buffers=self.reuse_buffers, wait=self.wait_compile)
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)
@@ -303,7 +352,7 @@ def memory_report(fun, *args, **jit_options):
 
 
 def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=True,
-             backend="numba", target="cpu", cache_size=None, remat=None, reuse_buffers=True):
+             backend="numba", target="cpu", cache_size=None, remat=None, reuse_buffers=True, wait=None):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
     Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`.
@@ -329,26 +378,33 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             between calls (default). Concurrent calls from several threads each take their
             own arena, so they never share buffers; `f.release_buffers()` frees the kept
             ones. False allocates the workspace per call and frees it on return.
+        wait: compile before the first call for a new signature returns. By default
+            ($JITGRAPH_WAIT unset or 0) calls are tiered: a new signature's first calls run
+            the traced graph on the NumPy interpreter (about eager speed, no stall) while
+            its kernel compiles in a background thread, and switch to the kernel when it is
+            ready. The tiers agree to rounding, not bit for bit. `f.ready()` / `f.wait()`
+            tell or wait; `cache_info()` counts the calls each tier served; a failed
+            background compile is a `CompileWarning` and the interpreter keeps serving.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
     groups, `.memory` report); `f.cache_info()` the cache counters.
     """
     opts = dict(argnums=argnums, has_aux=has_aux, static_argnums=static_argnums, parallel=parallel,
                 backend=backend, target=target, cache_size=cache_size, remat=remat,
-                reuse_buffers=reuse_buffers)
+                reuse_buffers=reuse_buffers, wait=wait)
     if fun is None:
         return lambda f: JitFunction(f, True, **opts)
     return JitFunction(fun, True, **opts)
 
 
 def jit(fun=None, *, static_argnums=(), parallel=True, backend="numba", target="cpu",
-        cache_size=None, reuse_buffers=True):
+        cache_size=None, reuse_buffers=True, wait=None):
     """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars.
 
-    Options as in `jit_grad` (without argnums/has_aux/remat).
+    Options as in `jit_grad` (without argnums/has_aux/remat), `wait` included.
     """
     opts = dict(static_argnums=static_argnums, parallel=parallel, backend=backend, target=target,
-                cache_size=cache_size, reuse_buffers=reuse_buffers)
+                cache_size=cache_size, reuse_buffers=reuse_buffers, wait=wait)
     if fun is None:
         return lambda f: JitFunction(f, False, **opts)
     return JitFunction(fun, False, **opts)

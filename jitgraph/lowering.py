@@ -107,24 +107,36 @@ def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
     reuse_buffers); `guard_fun`: the user's function, whose globals guard the trace;
     `stats`: the function's counters (traces, compiles, disk_hits, kernel_reuses)."""
     t0 = time.perf_counter()
-    grad = options["grad"]
-    target = resolved_target(options["target"])
+    graph = trace(fun, dyn, argnums, options, guard_fun, stats)
+    return build(graph, dyn, options, guards(guard_fun), desc, stats, time.perf_counter() - t0)
+
+
+def trace(fun, dyn, argnums, options, guard_fun, stats):
+    """The traced graph of `fun` for the dynamic arguments `dyn` (before rematerialization)."""
     abstract = [_abstract(a) for a in dyn]
     before = _rng_states(guard_fun)
-    graph = trace_graph(fun, abstract, argnums, options["has_aux"], grad)
+    graph = trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"])
     if _rng_states(guard_fun) != before:
         _refuse_random_draws(fun, abstract, argnums, options, guard_fun)
-    if grad:
+    stats["traces"] += 1
+    return graph
+
+
+def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0):
+    """Generate and compile the program of a traced graph (applying the remat policy first),
+    and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
+    the globals and closure cells the trace read (`signature.guards`, taken when it traced)."""
+    t1 = time.perf_counter()
+    target = resolved_target(options["target"])
+    if options["grad"]:
         # the budget policy measures candidates with the CPU plan (codegen/memory.py)
         graph = apply_policy(graph, options["remat"],
                              lambda g: codegen.memory_report(g, parallel=options["parallel"]))
-    stats["traces"] += 1
-    t1 = time.perf_counter()
     program = codegen.compile_graph(graph, parallel=options["parallel"], backend=options["backend"],
                                     target=target)
     leaves, _ = tree_flatten(tuple(dyn))
     lowered = Lowered(graph, program, {})
-    entry = Entry(lowered, guards(guard_fun), desc, target, reuse=options["reuse_buffers"])
+    entry = Entry(lowered, guard_list, desc, target, reuse=options["reuse_buffers"])
     # Numba compiles lazily; run once now so the first call's cost is all here, and
     # find out whether this was a compile, a disk-cache load or an in-process reuse
     before = _dispatch_state(program)
@@ -141,7 +153,7 @@ def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
     else:
         lowered.native = "compiled"
         stats["compiles"] += 1
-    lowered.timings.update(trace=t1 - t0, compile=time.perf_counter() - t1)
+    lowered.timings.update(trace=trace_time, compile=time.perf_counter() - t1)
     return entry
 
 

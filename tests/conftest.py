@@ -13,6 +13,9 @@ import pytest
 
 # A fresh compile cache per test run, unless the caller chose one.
 os.environ.setdefault("JITGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="jitgraph-test-cache-"))
+# Compile before a first call returns, so counters and sources are there when a test looks;
+# tests/test_tiered.py tests the default (tiered) behaviour with wait=False.
+os.environ.setdefault("JITGRAPH_WAIT", "1")
 
 
 @pytest.fixture

@@ -1,0 +1,162 @@
+"""Tiered execution: a new signature's first calls run while its kernel compiles.
+
+A trace takes milliseconds; generating and compiling its native program takes
+seconds. With tiering (the default for the Numba CPU target), a trace-cache miss
+returns a `TieredEntry` at once: its calls run the traced graph with the NumPy
+reference interpreter (the semantics every backend is checked against), while one
+background thread per process generates and compiles the program, one signature at
+a time. The first call after the compile finishes runs compiled, and the function's
+trace cache holds the compiled entry from then on (no tier check on the hot path).
+
+The two tiers compute the same values up to rounding (the compiled loops fuse and may
+reassociate sums): a run that switches tiers is not bit-identical across the switch.
+`jit(..., wait=True)` (or JITGRAPH_WAIT=1) compiles before the first call returns.
+
+A compile that fails is reported once, as a `CompileWarning` on the next call, and the
+function keeps running on the interpreter. A process forked while a compile is
+pending compiles again in the child on its next call. The compile thread is a daemon:
+at interpreter exit a pending compile is abandoned (the disk cache writes whole files
+only, so nothing half-written is left).
+"""
+import os
+import queue
+import sys
+import threading
+import warnings
+
+from .api import unflatten_outputs
+from .entry import MISSING, Stale
+from .interpreter import evaluate
+
+
+SWITCH_INTERVAL = 2e-4      # seconds; see _Worker._run
+
+
+class CompileWarning(RuntimeWarning):
+    """A background compile failed: the function keeps running on the interpreter."""
+
+
+class _Worker:
+    """The process's compile thread: builds queued entries one at a time, in order."""
+
+    def __init__(self):
+        self.jobs = queue.Queue()
+        self.pid = os.getpid()
+        self.thread = threading.Thread(target=self._run, name="jitgraph-compile", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            job = self.jobs.get()
+            # While compiling, the GIL changes hands every 0.2 ms instead of every 5 ms: each
+            # NumPy call of the interpreter's thread gives the GIL up and waits for it back, a
+            # full interval each time at the default (an MLP's interpreted step took 3.6x its
+            # eager time, and slowed the compile 3x).
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
+            try:
+                job()
+            finally:
+                sys.setswitchinterval(interval)
+
+
+_worker = None
+_worker_lock = threading.Lock()
+
+
+def _submit(job):
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid():     # first use, or a forked child
+            _worker = _Worker()
+        _worker.jobs.put(job)
+
+
+class TieredEntry:
+    """A signature whose native program is compiling: calls run the interpreter until then.
+
+    `build()` returns the compiled `Entry`; `on_ready(entry)` is called (in the compile
+    thread) when it does, so the owner can put it in its cache."""
+
+    def __init__(self, graph, guards, desc, build, on_ready, stats):
+        self.graph = graph
+        self.guards = guards
+        self.desc = desc
+        self._build, self._on_ready, self._stats = build, on_ready, stats
+        self.entry = None
+        self.error = None
+        self._warned = False
+        self._done = threading.Event()
+        self._schedule()
+
+    def _schedule(self):
+        self._pid = os.getpid()
+        self._done.clear()
+        _submit(self._compile)
+
+    def _compile(self):
+        try:
+            entry = self._build()
+        except BaseException as e:        # reported on the next call (never lost, never raised here)
+            self.error = e
+        else:
+            self.entry = entry
+            self._on_ready(entry)
+        finally:
+            self._done.set()
+
+    # -- the call path -----------------------------------------------------------------------------
+    def call(self, leaves):
+        if self._done.is_set():
+            if self.entry is not None:
+                self._stats["compiled_calls"] += 1
+                return self.entry.call(leaves)
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"jitgraph: compiling {self.graph.meta.get('name', 'the function')} "
+                              f"failed ({type(self.error).__name__}: {self.error}); it keeps running on "
+                              f"the NumPy interpreter", CompileWarning, stacklevel=3)
+        elif self._pid != os.getpid():
+            self._schedule()       # forked while compiling: the compile thread stayed in the parent
+        for kind, container, key, obj in self.guards:
+            current = container.get(key, MISSING) if kind == "global" else \
+                container.cell_contents if kind == "cell" else getattr(container, key, MISSING)
+            if current is not obj:
+                raise Stale
+        self._stats["interpreted_calls"] += 1
+        return _interpret(self.graph, leaves)
+
+    # -- waiting ---------------------------------------------------------------------------------------
+    def ready(self):
+        """Has the compile finished (successfully or not)?"""
+        return self._done.is_set()
+
+    def wait(self, timeout=None):
+        """Block until the compile finishes; True if it did within `timeout`. Re-raises a
+        compile error."""
+        if self._pid != os.getpid() and not self._done.is_set():
+            self._schedule()
+        finished = self._done.wait(timeout)
+        if finished and self.error is not None:
+            raise self.error
+        return finished
+
+    @property
+    def lowered(self):
+        self.wait()
+        return self.entry.lowered
+
+    @property
+    def pool(self):
+        return self.entry.pool if self.entry is not None else []
+
+    @property
+    def obufs(self):
+        return self.entry.obufs if self.entry is not None else []
+
+
+def _interpret(graph, leaves):
+    """The traced function's outputs for the argument leaves, by the reference interpreter."""
+    picked = graph.meta.get("input_leaves")
+    inputs = leaves if picked is None else [leaves[k] for k in picked]
+    return unflatten_outputs(graph, evaluate(graph, *inputs), leaves)

@@ -1,0 +1,107 @@
+"""Tiered execution: first calls on the interpreter while the kernel compiles (jitgraph/tiered.py)."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph import tiered
+
+RNG = np.random.default_rng(5)
+W = RNG.standard_normal((6, 4))
+X = RNG.standard_normal((8, 6))
+
+
+def loss(w, x):
+    h = np.tanh(x @ w)
+    return np.sum(h ** 2) + np.max(h)
+
+
+def test_first_calls_interpret_then_switch_to_the_kernel():
+    f = jg.jit_grad(loss, wait=False)
+    want = jg.value_and_grad(loss)(W, X)
+    v, g = f(W, X)                        # returns before the compile: the interpreter
+    assert abs(v - want[0]) <= 1e-12 * abs(want[0])
+    np.testing.assert_allclose(g, want[1], rtol=1e-12)
+    assert f.wait(timeout=600)
+    assert f.ready() and f.ready(W, X)
+    v2, g2 = f(W, X)
+    assert abs(v2 - v) <= 1e-12 * abs(v)
+    np.testing.assert_allclose(g2, g, rtol=1e-12, atol=1e-15)
+    info = f.cache_info()
+    assert info.traces == 1 and info.compiles == 1 and info.interpreted_calls >= 1
+    assert f.lower(W, X).native == "compiled"
+    f(W, X)
+    assert f.cache_info().interpreted_calls == info.interpreted_calls    # the kernel serves now
+
+
+def test_wait_blocks_and_the_environment_chooses_the_default(monkeypatch):
+    f = jg.jit_grad(loss, wait=True)
+    f(W, X)
+    assert f.ready() and f.cache_info().interpreted_calls == 0
+    monkeypatch.setenv("JITGRAPH_WAIT", "0")
+    assert jg.jit(loss).wait_compile is False
+    monkeypatch.setenv("JITGRAPH_WAIT", "1")
+    assert jg.jit(loss).wait_compile is True
+
+
+def test_a_failed_compile_warns_once_and_the_interpreter_keeps_serving(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the compiler broke")
+    monkeypatch.setattr(sys.modules["jitgraph.jit"], "build", broken)
+    f = jg.jit(lambda x: np.sin(x) * 2.0, wait=False)
+    x = np.linspace(0.0, 1.0, 5)
+    np.testing.assert_allclose(f(x), np.sin(x) * 2.0)
+    with pytest.raises(RuntimeError, match="the compiler broke"):
+        f.wait(timeout=60)
+    with pytest.warns(tiered.CompileWarning, match="the compiler broke"):
+        np.testing.assert_allclose(f(x), np.sin(x) * 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # once only
+        f(x)
+
+
+def test_rebinding_a_global_retraces_on_the_interpreter_too():
+    f = jg.jit(_scaled, wait=False)
+    assert f(np.ones(2))[0] == 2.0
+    global SCALE
+    SCALE = 3.0
+    try:
+        assert f(np.ones(2))[0] == 3.0
+        assert f.cache_info().traces == 2
+        f.wait(timeout=600)
+    finally:
+        SCALE = 2.0
+
+
+SCALE = 2.0
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+def test_fork_and_exit_while_compiling(tmp_path):
+    code = textwrap.dedent("""
+        import os, sys, numpy as np, jitgraph as jg
+        f = jg.jit(lambda x: np.tanh(x) @ x.T, wait=False)
+        x = np.ones((3, 3))
+        f(x)
+        pid = os.fork()
+        if pid == 0:
+            ok = np.allclose(f(x), np.tanh(x) @ x.T) and f.wait(timeout=600)
+            os._exit(0 if ok and f.ready() else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        g = jg.jit(lambda x: np.cos(x) * 3.0, wait=False)
+        print(g(x).sum())
+        # exit while g may still be compiling: the daemon thread is abandoned
+    """)
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) == pytest.approx(9 * np.cos(1.0) * 3.0)
