@@ -1,4 +1,5 @@
 """Exceptions raised by jitgraph, and the helper that points them at user code."""
+import dis
 import linecache
 import os
 import sys
@@ -54,6 +55,30 @@ def user_frame():
             return frame.f_code.co_filename, frame.f_lineno, line
         frame = frame.f_back
     return None
+
+
+_IN_PLACE = {}
+
+
+def in_place_statement():
+    """Is the user's innermost frame executing an augmented assignment (`a += b`, `a *= b`, ...)?
+    Python rebinds `a` to what `a.__iadd__(b)` returns, so that statement needs no write into `a`."""
+    frame = sys._getframe(1)
+    while frame is not None and is_library_frame(frame):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    key = (frame.f_code, frame.f_lasti)
+    known = _IN_PLACE.get(key)
+    if known is None:
+        known = False
+        for ins in dis.get_instructions(frame.f_code):
+            if ins.offset == frame.f_lasti:
+                known = ins.opname.startswith("INPLACE_") or (
+                    ins.opname == "BINARY_OP" and ins.argrepr.endswith("=") and ins.argrepr != "==")
+                break
+        _IN_PLACE[key] = known
+    return known
 
 
 def where():

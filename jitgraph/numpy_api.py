@@ -18,7 +18,7 @@ import numpy as np
 
 from .buffers import Buffer, unwrap
 from .core import ARGUMENT, GraphTrace, Tensor, View, bind, innermost
-from .errors import NotSupportedError, ShapeError, where
+from .errors import NotSupportedError, ShapeError, in_place_statement, where
 from .ops.registry import FUNCTIONS, METHODS, UFUNCS, VIEWS, method
 from .values import check_array_type, check_dtype
 
@@ -339,13 +339,24 @@ def np_name(obj):
 UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
 
 
-def _write_out(out, result, name):
-    """NumPy's `out=`: the result lands in the array `out` (a traced one), which is returned."""
+def _write_out(out, result, name, inputs=()):
+    """NumPy's `out=`: the result lands in the array `out` (a traced one), which is returned.
+
+    A NumPy array cannot hold a traced value; `a += t` on one (a constant copied in the function,
+    say) still works: the statement rebinds `a` to the traced result, so nothing is written."""
     if isinstance(out, tuple):
         if len(out) != 1:
             raise NotSupportedError(f"{name} with several out= arrays is not supported{where()}")
         out = out[0]
     if not isinstance(out, Tensor):
+        if inputs and out is inputs[0] and isinstance(result, Tensor) and in_place_statement():
+            if result.shape != out.shape:
+                raise ShapeError(f"{name}: non-broadcastable output operand with shape {out.shape} "
+                                 f"doesn't match the broadcast shape {result.shape}{where()}")
+            if not np.can_cast(result.dtype, out.dtype, "same_kind"):
+                raise TypeError(f"Cannot cast ufunc {name} output from {result.dtype} to {out.dtype} "
+                                f"with casting rule 'same_kind'{where()}")
+            return _fresh(cast(result, out.dtype) if result.dtype != out.dtype else result, inputs)
         raise NotSupportedError(f"{name}(..., out=a) with a NumPy array a is not supported: a traced "
                                 f"function cannot write into an array outside the trace{where()}")
     assign(out, result, f"{name}(..., out=)")
@@ -390,7 +401,7 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
         r = fn(*inputs)
         r = cast(r, dtype) if dtype is not None else r
     if out is not None:
-        return _write_out(out, r, name)
+        return _write_out(out, r, name, inputs)
     return _fresh(r, inputs)
 
 

@@ -490,3 +490,34 @@ def test_show_usage_errors_are_one_line(tmp_path):
                            text=True, cwd=tmp_path, timeout=120)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "error:" in r.stderr, r.stderr
 
+
+
+def _updates_numpy_copy(w, vel):
+    v = vel.copy()         # a NumPy array (vel is not differentiated in eager mode)
+    v += 0.5 * w           # rebinds v to the traced sum, as NumPy's result would be
+    v *= 2.0
+    return np.sum(v ** 2)
+
+
+def _writes_numpy_array_through_out(w):
+    a = np.arange(3.0)
+    np.add(a, w, out=a)     # no rebinding: `a` would silently keep its old values
+    return np.sum(a)
+
+
+def _widens_numpy_int_array(w):
+    a = np.arange(3)
+    a += w                  # NumPy refuses float64 -> int64 under same_kind casting
+    return np.sum(a)
+
+
+def test_augmented_assignment_to_a_numpy_array_rebinds_it():
+    w, vel = np.ones(3), np.arange(3.0)
+    for run in (jg.value_and_grad(_updates_numpy_copy), jg.jit_grad(_updates_numpy_copy)):
+        v, g = run(w, vel)
+        assert v == pytest.approx(_updates_numpy_copy(w, vel))
+        np.testing.assert_allclose(g, 4.0 * (vel + 0.5 * w))
+    with pytest.raises(jg.NotSupportedError, match="out=a"):
+        jg.value_and_grad(_writes_numpy_array_through_out)(w)
+    with pytest.raises(TypeError, match="same_kind"):
+        jg.value_and_grad(_widens_numpy_int_array)(w)

@@ -1,0 +1,154 @@
+"""Realistic NumPy programs (benchmarks/models/): NumPy vs eager vs jit_grad vs JAX.
+
+    python benchmarks/models.py                      # every model, bench sizes
+    python benchmarks/models.py --only gp --only md  # some models (or --only gp,md)
+    python benchmarks/models.py --size small --repeat 3
+
+For each program (a plain NumPy loss of `params`), one table row of medians in ms,
+measured side by side in this process:
+
+    numpy     the NumPy forward only (the program as its user runs it)
+    eager     jg.value_and_grad (define-by-run)
+    jit_grad  jg.jit_grad, steady state
+    jax       jax.jit(jax.value_and_grad(loss_jax)), steady state (when JAX is importable)
+
+then ratios, and first-call times: trace + codegen + Numba compile of jit_grad ("kernel"
+says whether it was compiled or loaded from the disk cache) and trace + XLA compile of
+jax.jit. Unless JITGRAPH_CACHE_DIR is set, a fresh temporary cache is used, so first calls
+are cold compiles. JAX runs after every jitgraph and NumPy measurement (its thread pool
+keeps spinning and would slow what is measured next). Timing never fails anything; a
+program that fails prints its error in its row.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+if "JITGRAPH_CACHE_DIR" not in os.environ:       # cold compiles unless the caller chose a cache
+    os.environ["JITGRAPH_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitgraph-models-")
+
+import numpy as np  # noqa: E402
+
+import jitgraph as jg  # noqa: E402
+from jitgraph.bench import installed, median_time  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402  (the package benchmarks/models/, not this file)
+
+BUDGET = 3.0      # seconds of timed calls per measurement; slow ones get fewer repeats (>= 3)
+
+
+def static_argnums(mod):
+    return tuple(getattr(mod, "STATIC_ARGNUMS", ()))
+
+
+def jax_args(mod, args):
+    """The arguments as JAX device arrays (static ones left as they are)."""
+    import jax
+    models.jax_numpy()
+    st = static_argnums(mod)
+    return tuple(a if i in st else jax.tree_util.tree_map(jax.device_put, a) for i, a in enumerate(args))
+
+
+def jax_value_and_grad(mod):
+    import jax
+    models.jax_numpy()
+    return jax.jit(jax.value_and_grad(mod.loss_jax), static_argnums=static_argnums(mod))
+
+
+def time_jitgraph(name, size, reps, seed=0):
+    """A row dict for one model: numpy, eager, jit_grad (ms), jit_first_s, kernel."""
+    mod = models.load(name)
+    args = mod.make_inputs(size, seed)
+    row = {"name": name, "title": mod.TITLE}
+    try:
+        f = jg.jit_grad(mod.loss, static_argnums=static_argnums(mod))
+        t0 = time.perf_counter()
+        f(*args)
+        row["jit_first_s"] = time.perf_counter() - t0
+        row["kernel"] = f.lower(*args).native
+        eager = jg.value_and_grad(mod.loss)
+        row["numpy"] = median_time(lambda: mod.loss(*args), reps, budget=BUDGET) * 1e3
+        row["jit_grad"] = median_time(lambda: f(*args), reps, budget=BUDGET) * 1e3
+        row["eager"] = median_time(lambda: eager(*args), reps, warm=1, budget=BUDGET) * 1e3
+    except Exception as e:       # a benchmark reports failures, it does not stop at them
+        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    return row
+
+
+def time_jax(row, size, reps, seed=0):
+    mod = models.load(row["name"])
+    if not hasattr(mod, "loss_jax"):
+        return
+    import jax
+    try:
+        args = jax_args(mod, mod.make_inputs(size, seed))
+        jf = jax_value_and_grad(mod)
+        t0 = time.perf_counter()
+        jax.block_until_ready(jf(*args))
+        row["jax_first_s"] = time.perf_counter() - t0
+        row["jax"] = median_time(lambda: jax.block_until_ready(jf(*args)), reps, budget=BUDGET) * 1e3
+    except Exception as e:
+        row["jax_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+COLUMNS = [("numpy", "numpy fwd", "{:10.3f}"), ("eager", "eager v&g", "{:10.3f}"),
+           ("jit_grad", "jit_grad", "{:10.3f}"), ("jax", "jax v&g", "{:10.3f}")]
+RATIOS = [("jit/np", "jit_grad", "numpy"), ("eager/jit", "eager", "jit_grad"), ("jax/jit", "jax", "jit_grad")]
+FIRSTS = [("jit 1st", "jit_first_s"), ("jax 1st", "jax_first_s")]
+
+
+def format_table(rows):
+    w = max(len(r["name"]) for r in rows)
+    head = [f"{'model':<{w}}"] + [f"{h:>10}" for _, h, _ in COLUMNS] + [f"{h:>9}" for h, _, _ in RATIOS]
+    head += [f"{h:>8}" for h, _ in FIRSTS] + ["kernel"]
+    lines = [" ".join(head)]
+    for r in rows:
+        cells = [f"{r['name']:<{w}}"]
+        cells += [fmt.format(r[k]) if k in r else f"{'-':>10}" for k, _, fmt in COLUMNS]
+        cells += [f"{r[a] / r[b]:9.2f}" if a in r and b in r else f"{'-':>9}" for _, a, b in RATIOS]
+        cells += [f"{r[k]:7.2f}s" if k in r else f"{'-':>8}" for _, k in FIRSTS]
+        cells.append(r.get("kernel") or "-")
+        lines.append(" ".join(cells))
+    lines.append("")
+    for r in rows:
+        lines.append(f"  {r['name']:<{w}} {r['title']}")
+        for key in ("error", "jax_error"):
+            if key in r:
+                lines.append(f"  {'':<{w}}   {key.replace('_', ' ')}: {r[key]}")
+    lines.append("# ms per call (medians); jit/np = jit_grad time / NumPy forward time (a full gradient "
+                 "costs >= 1 forward); 1st = first call (trace + compile), kernel: compiled or disk")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"models to run (repeatable or comma-separated; default all: {', '.join(models.NAMES)})")
+    p.add_argument("--size", choices=("small", "bench"), default="bench")
+    p.add_argument("--repeat", type=int, default=7, help="timed calls per median (default 7)")
+    p.add_argument("--no-jax", action="store_true", help="skip JAX")
+    a = p.parse_args(argv)
+    names = [n for o in a.only for n in o.split(",") if n] if a.only else list(models.NAMES)
+    bad = [n for n in names if n not in models.NAMES]
+    if bad:
+        p.error(f"unknown model(s) {', '.join(bad)}; choose from {', '.join(models.NAMES)}")
+    rows = []
+    for name in names:
+        print(f"# {name}: jitgraph + numpy ...", file=sys.stderr, flush=True)
+        rows.append(time_jitgraph(name, a.size, a.repeat))
+    if not a.no_jax and installed("jax"):
+        for row in rows:
+            print(f"# {row['name']}: jax ...", file=sys.stderr, flush=True)
+            time_jax(row, a.size, a.repeat)
+    import numba
+    print(f"# {os.cpu_count()} cores, numba {numba.__version__} ({numba.get_num_threads()} threads), "
+          f"numpy {np.__version__}; {a.size} sizes; medians of up to {a.repeat} "
+          f"(at least 3 where they take over {BUDGET:g} s)")
+    print(format_table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
