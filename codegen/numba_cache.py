@@ -210,3 +210,18 @@ def enable(dispatchers, cache_path, check=None):
         if isinstance(d, CPUDispatcher):
             d._cache = (_Deferred(d.py_func, cache_path, check) if callable(cache_path)
                         else CheckedCache(d.py_func, cache_path, check))
+
+
+def in_cache(dispatcher, argtypes):
+    """Does the disk cache hold `dispatcher` compiled for `argtypes` (a tuple of Numba types)?
+    None when the dispatcher has no usable jitgraph disk cache."""
+    cache = getattr(dispatcher, "_cache", None)
+    if isinstance(cache, _Deferred):
+        cache = cache._get()
+    if not isinstance(cache, CheckedCache) or not cache._usable():
+        return None
+    try:
+        key = cache._index_key(tuple(argtypes), dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:       # an unreadable index: a miss
+        return False

@@ -149,7 +149,7 @@ class Entry:
                 lines.append(f"    o{k} = empty(OS{k}, OD{k})")
             args.append(f"o{k}")
         call = f"kernel({', '.join(args)})"
-        if target == "cpu" and "prange(" in prog.source and _PARALLEL_LOCK is not None:
+        if target == "cpu" and prog.threads and _PARALLEL_LOCK is not None:
             # one parallel launch at a time (see _PARALLEL_LOCK)
             ns["plock"] = _PARALLEL_LOCK
             call_lines = ["with plock:", f"    r = {call}"]

@@ -36,8 +36,9 @@ import numpy as np
 from .api import check_argnums, grad, value_and_grad
 from .core import Tensor
 from .entry import Stale
+from .codegen import cache_enabled as codegen_cache_enabled, compile_server
 from .lowering import Lowered, build, lower, resolved_target, trace
-from .tiered import CompileWarning, TieredEntry
+from .tiered import CompileWarning, TieredEntry, Upgrade
 from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, guards,
                         log_enabled, log_message, stale_names)
 from .tree import tree_flatten
@@ -110,6 +111,7 @@ class JitFunction:
         self.maxsize = cache_size if cache_size is not None else env_int("JITGRAPH_TRACE_CACHE_SIZE", 128)
         self.signature = Signature(fun, self.static_argnums)
         self._entries = collections.OrderedDict()
+        self._upgrades = {}        # key -> Upgrade: threaded builds compiling in the background
         self._lock = threading.RLock()
         self._token = uuid.uuid4().hex
         self._stats = dict(traces=0, compiles=0, hits=0, disk_hits=0, kernel_reuses=0, evictions=0,
@@ -167,6 +169,8 @@ class JitFunction:
             desc = self.signature.describe(args)
             self.signature.explain(desc, self._stats["traces"])
             fun, dyn, argnums = self.signature.split_static(args, self.argnums, self.grad)
+            if self.backend == "numba" and resolved_target(self.target) == "cpu" and codegen_cache_enabled():
+                compile_server.start()      # its imports overlap the trace
             if self._tiered():
                 entry = self._tiered_entry(key, fun, dyn, argnums, desc)
             else:
@@ -189,29 +193,74 @@ class JitFunction:
         guard_list = guards(self.fun)
         trace_time = time.perf_counter() - t0
 
+        serial = self._serial_first()
+
         def build_():
-            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time)
+            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial)
 
         def ready(entry):
             with self._lock:
-                if self._entries.get(key) is tiered:
+                current = self._entries.get(key) is tiered
+                if current:
                     self._entries[key] = entry
+                if serial and current:
+                    self._upgrade(key, entry, lambda: build(graph, dyn, options, guard_list, desc,
+                                                            collections.Counter(), trace_time))
             self._debug(entry.lowered)
 
         tiered = TieredEntry(graph, guard_list, desc, build_, ready, self._stats)
         return tiered
 
+    def _serial_first(self):
+        """Tiered calls build a new signature's parallel loops serially first, then threaded in
+        the background (JITGRAPH_SERIAL_FIRST, default on): compiled calls start at about half
+        the compile time. The two builds run the same chunks in the same order but may round
+        differently (the compiler vectorizes their loops differently), so, like the tiers,
+        they agree to rounding; with wait=True the threaded build is the only one."""
+        return self.parallel and self.backend == "numba" and resolved_target(self.target) == "cpu" \
+            and bool(env_int("JITGRAPH_SERIAL_FIRST", 1))
+
+    def _upgrade(self, key, entry, build_threaded):
+        """Compile the threaded build of `entry`'s program in the background, if it has parallel
+        loops, and put it in the cache in place of `entry` (unless that was evicted meanwhile)."""
+        if not entry.lowered.program.threadable or entry.lowered.program.threads:
+            return
+
+        def install(threaded):
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    self._entries[key] = threaded
+                self._upgrades.pop(key, None)
+            self._debug(threaded.lowered)
+
+        self._upgrades[key] = Upgrade(fname(self.fun), build_threaded, install)
+
+    def _pending(self, args):
+        """The tiered entries and threaded upgrades of every signature (or of these arguments')."""
+        with self._lock:
+            if args:
+                key = self.signature.key(args)[0]
+                found = [self._entries.get(key), self._upgrades.get(key)]
+            else:
+                found = list(self._entries.values()) + list(self._upgrades.values())
+        return [e for e in found if e is not None and hasattr(e, "wait")]
+
     def ready(self, *args):
-        """Is every signature traced so far compiled (or, given arguments, theirs)? Calls before
-        that run on the NumPy interpreter (see `jit`'s `wait`)."""
-        entries = list(self._entries.values()) if not args else [self._entries.get(self.signature.key(args)[0])]
-        return all(getattr(e, "ready", lambda: True)() for e in entries if e is not None)
+        """Is every signature traced so far compiled in its final form (or, given arguments,
+        theirs)? Before that, calls run on the NumPy interpreter or on the serial build of
+        the parallel loops (see `jit`'s `wait`)."""
+        return all(e.ready() for e in self._pending(args))
 
     def wait(self, *args, timeout=None):
-        """Block until every signature traced so far is compiled (or, given arguments, theirs);
-        True if that happened within `timeout` seconds. A compile error is raised here."""
-        entries = list(self._entries.values()) if not args else [self._entries.get(self.signature.key(args)[0])]
-        return all(e.wait(timeout) for e in entries if e is not None and hasattr(e, "wait"))
+        """Block until every signature traced so far is compiled in its final form (or, given
+        arguments, theirs); True if that happened within `timeout` seconds. A compile error is
+        raised here."""
+        pending = self._pending(args)
+        while pending:
+            if not all(e.wait(timeout) for e in pending):
+                return False
+            pending = self._pending(args)      # a serial build done schedules its threaded one
+        return True
 
     def _options(self):
         return dict(grad=self.grad, has_aux=self.has_aux, parallel=self.parallel, backend=self.backend,

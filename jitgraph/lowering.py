@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from . import codegen
+from .codegen import compile_server, numba_cache
 from .api import trace_graph
 from .entry import Entry
 from .remat import apply_policy
@@ -122,10 +123,12 @@ def trace(fun, dyn, argnums, options, guard_fun, stats):
     return graph
 
 
-def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0):
+def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):
     """Generate and compile the program of a traced graph (applying the remat policy first),
     and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
-    the globals and closure cells the trace read (`signature.guards`, taken when it traced)."""
+    the globals and closure cells the trace read (`signature.guards`, taken when it traced).
+    threads=False builds the parallel loops serially (the same chunks, half the compile time;
+    `entry.lowered.program.threadable` says whether a threaded build would differ)."""
     t1 = time.perf_counter()
     target = resolved_target(options["target"])
     if options["grad"]:
@@ -133,16 +136,26 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0):
         graph = apply_policy(graph, options["remat"],
                              lambda g: codegen.memory_report(g, parallel=options["parallel"]))
     program = codegen.compile_graph(graph, parallel=options["parallel"], backend=options["backend"],
-                                    target=target)
+                                    target=target, threads=threads)
     leaves, _ = tree_flatten(tuple(dyn))
     lowered = Lowered(graph, program, {})
     entry = Entry(lowered, guard_list, desc, target, reuse=options["reuse_buffers"])
-    # Numba compiles lazily; run once now so the first call's cost is all here, and
+    # Numba compiles lazily: compile now (for the argument types of a call on `dyn`, or by
+    # running the call when the entry is Python) so the first call's cost is all here, and
     # find out whether this was a compile, a disk-cache load or an in-process reuse
     before = _dispatch_state(program)
-    entry.call(leaves)
+    argtypes = _kernel_argtypes(entry, leaves) if target == "cpu" and options["backend"] == "numba" else None
+    remote = False
+    if argtypes is None:
+        entry.call(leaves)
+    else:
+        remote = _compile_in_server(program, argtypes)
+        program.kernel.compile(argtypes)
     after = _dispatch_state(program)
-    if before is None:
+    if remote and after is not None and after[1] > before[1]:
+        lowered.native = "compiled"       # by the compile server, loaded from the disk cache
+        stats["compiles"] += 1
+    elif before is None:
         lowered.native = "python" if options["backend"] == "python" else "external"
     elif after[0] == before[0]:
         lowered.native = "reused"
@@ -155,6 +168,45 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0):
         stats["compiles"] += 1
     lowered.timings.update(trace=trace_time, compile=time.perf_counter() - t1)
     return entry
+
+
+class _Captured(Exception):
+    pass
+
+
+def _kernel_argtypes(entry, leaves):
+    """The Numba types of the arguments the entry passes its kernel for these leaves (from a
+    call of the entry with the kernel swapped for a recorder); None when the kernel is not
+    an @njit function (a Python entry)."""
+    ns = entry.call.__globals__
+    kernel = ns.get("kernel")
+    if not isinstance(kernel, numba.core.registry.CPUDispatcher):
+        return None
+    got = []
+
+    def record(*args):
+        got.append(args)
+        raise _Captured
+
+    ns["kernel"] = record
+    try:
+        entry.call(leaves)
+    except _Captured:
+        pass
+    finally:
+        ns["kernel"] = kernel
+    return tuple(kernel.typeof_pyval(a) for a in got[0]) if got else None
+
+
+def _compile_in_server(program, argtypes):
+    """Compile the program's @njit kernel in the compile server (codegen/compile_server.py)
+    when it is neither compiled in this process nor in the disk cache; True when the server
+    compiled it (the caller then loads it from the disk cache)."""
+    kernel = program.kernel
+    if not codegen.cache_enabled() or not compile_server.enabled() or argtypes in kernel.overloads \
+            or numba_cache.in_cache(kernel, argtypes) is not False:
+        return False
+    return compile_server.compile_remote(program.path, "kernel", argtypes)
 
 
 def _generators(fun):

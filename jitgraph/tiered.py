@@ -155,6 +155,40 @@ class TieredEntry:
         return self.entry.obufs if self.entry is not None else []
 
 
+class Upgrade:
+    """The threaded build of a program that runs serially meanwhile (jit's serial-first builds):
+    compiled in the compile thread; `install(entry)` is called there when it is ready. A
+    failed build leaves the serial one serving, with a `CompileWarning`."""
+
+    def __init__(self, name, build, install):
+        self.name, self._build, self._install = name, build, install
+        self._done = threading.Event()
+        self._schedule()
+
+    def _schedule(self):
+        self._pid = os.getpid()
+        _submit(self._compile)
+
+    def _compile(self):
+        try:
+            entry = self._build()
+        except Exception as e:
+            warnings.warn(f"jitgraph: the multi-threaded build of {self.name} failed ({type(e).__name__}: "
+                          f"{e}); it keeps running its single-threaded build", CompileWarning)
+        else:
+            self._install(entry)
+        finally:
+            self._done.set()
+
+    def ready(self):
+        return self._done.is_set()
+
+    def wait(self, timeout=None):
+        if self._pid != os.getpid() and not self._done.is_set():
+            self._schedule()       # forked while compiling: the compile thread stayed in the parent
+        return self._done.wait(timeout)
+
+
 def _interpret(graph, leaves):
     """The traced function's outputs for the argument leaves, by the reference interpreter."""
     picked = graph.meta.get("input_leaves")

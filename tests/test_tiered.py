@@ -105,3 +105,82 @@ def test_fork_and_exit_while_compiling(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) == pytest.approx(9 * np.cos(1.0) * 3.0)
+
+
+def _big_loss(w):
+    # 80,000 points: above PARALLEL_MIN, so its loops run in parallel chunks
+    return np.sum(np.tanh(w) ** 2) + np.sum(np.exp(-w * w))
+
+
+W_BIG = np.random.default_rng(6).standard_normal((400, 200))
+
+
+def test_tiered_calls_build_serially_first_then_threaded():
+    f = jg.jit_grad(_big_loss, wait=False)
+    want = jg.value_and_grad(_big_loss)(W_BIG)
+    seen = set()
+    for _ in range(100000):
+        v, g = f(W_BIG)
+        assert abs(v - want[0]) <= 1e-12 * abs(want[0])
+        np.testing.assert_allclose(g, want[1], rtol=1e-12, atol=1e-15)
+        entry = next(iter(f._entries.values()))
+        if hasattr(entry, "lowered") and not hasattr(entry, "ready"):
+            seen.add(entry.lowered.program.threads)
+            if entry.lowered.program.threads:
+                break
+    assert seen == {False, True} or f.ready()      # a serial build served, then the threaded one
+    assert f.wait(timeout=600) and f.ready()
+    assert f.lower(W_BIG).program.threads and "prange(" in f.lower(W_BIG).source
+    assert f.cache_info().traces == 1
+
+
+def test_wait_true_builds_threaded_only_and_serial_first_can_be_turned_off(monkeypatch):
+    f = jg.jit_grad(_big_loss, wait=True)
+    f(W_BIG)
+    assert f.lower(W_BIG).program.threads and f.ready()
+    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "0")
+    g = jg.jit_grad(lambda w: _big_loss(w) * 2.0, wait=False)
+    g(W_BIG)
+    assert g.wait(timeout=600)
+    assert g.lower(W_BIG).program.threads
+
+
+def test_kernels_compile_in_the_compile_server(monkeypatch):
+    from jitgraph.codegen import compile_server
+    calls = []
+    real = compile_server.compile_remote
+
+    def spy(*args):
+        calls.append(real(*args))
+        return calls[-1]
+    monkeypatch.setattr(compile_server, "compile_remote", spy)
+    f = jg.jit(lambda x: np.cosh(x) * 3.0 - x, wait=True)
+    x = np.linspace(0.0, 1.0, 7)
+    np.testing.assert_allclose(f(x), np.cosh(x) * 3.0 - x)
+    assert calls == [True]
+    assert f.lower(x).native == "compiled" and f.cache_info().compiles == 1
+
+
+def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch):
+    from jitgraph.codegen import compile_server
+    server = compile_server.start()
+    server.proc.kill()
+    server.proc.wait()
+    monkeypatch.setattr(compile_server, "_server", server)     # dead, as if it had crashed
+    monkeypatch.setattr(compile_server, "start", lambda: server)
+    f = jg.jit(lambda x: np.sinh(x) * 5.0 + x, wait=True)
+    x = np.linspace(0.0, 1.0, 9)
+    np.testing.assert_allclose(f(x), np.sinh(x) * 5.0 + x)
+    assert f.lower(x).native == "compiled" and f.cache_info().compiles == 1
+    monkeypatch.setattr(compile_server, "_failures", 0)
+    server.close()
+
+
+def test_without_the_compile_server(monkeypatch):
+    monkeypatch.setenv("JITGRAPH_COMPILE_SERVER", "0")
+    from jitgraph.codegen import compile_server
+    monkeypatch.setattr(compile_server, "compile_remote", None)     # never called
+    f = jg.jit(lambda x: np.arctan(x) * 4.0, wait=True)
+    x = np.linspace(0.0, 1.0, 11)
+    np.testing.assert_allclose(f(x), np.arctan(x) * 4.0)
+    assert f.lower(x).native == "compiled"
