@@ -8,7 +8,9 @@ process instead: the parent sends the generated module's path, the entry functio
 name and its argument types; the child imports the module (the same file, so the same
 Numba source stamp), compiles the function for those types, which saves it in the disk
 cache, and answers. The parent then loads the compiled code from the cache (a tenth of
-a second for a large program).
+a second for a large program). A Python entry (a long program calling one @njit function
+per loop) is run instead, on the call's arguments (workspace and output buffers made
+there), which compiles every function it calls.
 
 The server starts on first use and serves one compile at a time. It reads its requests
 from a pipe and exits when the pipe closes: when the parent exits, however it exits,
@@ -27,6 +29,8 @@ import struct
 import subprocess
 import sys
 import threading
+
+import numpy as np
 
 from .build import load_kernel
 
@@ -119,11 +123,34 @@ atexit.register(_stop)
 def compile_remote(path, function, argtypes):
     """Have the server compile `function` of the generated module at `path` for `argtypes`
     (Numba types) into the disk cache. True when it did; False when the caller must compile."""
+    return _ask(("compile", path, function, tuple(argtypes)))
+
+
+class Empty:
+    """An argument the server makes itself (np.empty of this shape and dtype): a workspace
+    arena or an output buffer, whose contents a call overwrites."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+
+def _is_empty(a):
+    # by name: the server runs this file as __main__, and unpickles Empty from the package module
+    return type(a).__name__ == "Empty" and type(a).__module__.endswith("compile_server")
+
+
+def run_remote(path, function, args):
+    """Have the server call `function` of the module at `path` (a Python entry calling @njit
+    functions) on `args`, which compiles those functions into the disk cache. True when it did."""
+    return _ask(("run", path, function, tuple(args)))
+
+
+def _ask(job):
     global _failures
     server = start()
     if server is None:
         return False
-    answer = server.request((path, function, argtypes))
+    answer = server.request(job)
     if answer is None:
         _failures += 1        # it died: another one is started next time, twice at most
         return False
@@ -131,19 +158,23 @@ def compile_remote(path, function, argtypes):
 
 
 def _serve():
-    """The server's loop: (module path, function, argument types) in, ("ok" | "error", text) out."""
+    """The server's loop: (kind, module path, function, argument types or arguments) in,
+    ("ok" | "error", text) out."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr       # nothing but replies on the pipe
     while True:
         job = _receive(requests)
         if job is None:
             return
-        path, function, argtypes = job
+        kind, path, function, payload = job
         try:
             with open(path, encoding="utf-8") as f:
                 source = f.read()
-            dispatcher, _, _ = load_kernel(source, function)
-            dispatcher.compile(tuple(argtypes))
+            fn, _, _ = load_kernel(source, function)
+            if kind == "compile":
+                fn.compile(payload)
+            else:
+                fn(*[np.empty(a.shape, a.dtype) if _is_empty(a) else a for a in payload])
             answer = ("ok", None)
         except BaseException as e:      # the parent compiles again and reports it
             answer = ("error", f"{type(e).__name__}: {e}")

@@ -225,3 +225,16 @@ def in_cache(dispatcher, argtypes):
         return key in cache._cache_file._load_index()
     except Exception:       # an unreadable index: a miss
         return False
+
+
+def has_cached(dispatcher):
+    """Does the disk cache hold `dispatcher` compiled for any argument types?"""
+    cache = getattr(dispatcher, "_cache", None)
+    if isinstance(cache, _Deferred):
+        cache = cache._get()
+    if not isinstance(cache, CheckedCache) or not cache._usable():
+        return False
+    try:
+        return bool(cache._cache_file._load_index())
+    except Exception:
+        return False

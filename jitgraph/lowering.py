@@ -144,13 +144,16 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     # running the call when the entry is Python) so the first call's cost is all here, and
     # find out whether this was a compile, a disk-cache load or an in-process reuse
     before = _dispatch_state(program)
-    argtypes = _kernel_argtypes(entry, leaves) if target == "cpu" and options["backend"] == "numba" else None
+    args = _kernel_args(entry, leaves) if target == "cpu" and options["backend"] == "numba" else None
     remote = False
-    if argtypes is None:
-        entry.call(leaves)
-    else:
+    if args is not None and isinstance(program.kernel, numba.core.registry.CPUDispatcher):
+        argtypes = tuple(program.kernel.typeof_pyval(a) for a in args)
         remote = _compile_in_server(program, argtypes)
         program.kernel.compile(argtypes)
+    else:
+        if args is not None:
+            remote = _run_in_server(program, args)
+        entry.call(leaves)
     after = _dispatch_state(program)
     if remote and after is not None and after[1] > before[1]:
         lowered.native = "compiled"       # by the compile server, loaded from the disk cache
@@ -174,14 +177,11 @@ class _Captured(Exception):
     pass
 
 
-def _kernel_argtypes(entry, leaves):
-    """The Numba types of the arguments the entry passes its kernel for these leaves (from a
-    call of the entry with the kernel swapped for a recorder); None when the kernel is not
-    an @njit function (a Python entry)."""
+def _kernel_args(entry, leaves):
+    """The arguments the entry passes its kernel for these leaves (from a call of the entry
+    with the kernel swapped for a recorder), or None."""
     ns = entry.call.__globals__
     kernel = ns.get("kernel")
-    if not isinstance(kernel, numba.core.registry.CPUDispatcher):
-        return None
     got = []
 
     def record(*args):
@@ -195,7 +195,11 @@ def _kernel_argtypes(entry, leaves):
         pass
     finally:
         ns["kernel"] = kernel
-    return tuple(kernel.typeof_pyval(a) for a in got[0]) if got else None
+    return got[0] if got else None
+
+
+def _server_usable():
+    return codegen.cache_enabled() and compile_server.enabled()
 
 
 def _compile_in_server(program, argtypes):
@@ -203,10 +207,33 @@ def _compile_in_server(program, argtypes):
     when it is neither compiled in this process nor in the disk cache; True when the server
     compiled it (the caller then loads it from the disk cache)."""
     kernel = program.kernel
-    if not codegen.cache_enabled() or not compile_server.enabled() or argtypes in kernel.overloads \
-            or numba_cache.in_cache(kernel, argtypes) is not False:
+    if not _server_usable() or argtypes in kernel.overloads or numba_cache.in_cache(kernel, argtypes) is not False:
         return False
     return compile_server.compile_remote(program.path, "kernel", argtypes)
+
+
+SERVER_RUN_MAX_BYTES = 1 << 28     # larger arguments are not copied to the compile server
+
+
+def _run_in_server(program, args):
+    """Run a Python entry's module in the compile server on `args`, which compiles its @njit
+    functions into the disk cache, unless each of them is compiled here or cached already;
+    True when the server ran it."""
+    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    if mod is None or not _server_usable():
+        return False
+    functions = [v for v in vars(mod).values() if isinstance(v, numba.core.registry.CPUDispatcher)
+                 and getattr(v.py_func, "__module__", None) == mod.__name__]
+    if not functions or all(f.overloads or numba_cache.has_cached(f) for f in functions):
+        return False
+    spec = list(args)
+    made = range(len(spec) - len(program.out_specs) - (2 if program.ws_bytes is not None else 0), len(spec))
+    for k in made:      # the workspace arena and the output buffers: made by the server
+        if isinstance(spec[k], np.ndarray) and k != len(spec) - len(program.out_specs) - 1:
+            spec[k] = compile_server.Empty(spec[k].shape, spec[k].dtype)
+    if sum(a.nbytes for a in spec if isinstance(a, np.ndarray)) > SERVER_RUN_MAX_BYTES:
+        return False
+    return compile_server.run_remote(program.path, "kernel", spec)
 
 
 def _generators(fun):

@@ -184,3 +184,30 @@ def test_without_the_compile_server(monkeypatch):
     x = np.linspace(0.0, 1.0, 11)
     np.testing.assert_allclose(f(x), np.arctan(x) * 4.0)
     assert f.lower(x).native == "compiled"
+
+
+def _deep(w, x):
+    h = x
+    for _ in range(30):          # 30 matmuls and 30 loops: a Python entry (over 48 steps)
+        h = np.tanh(h @ w)
+    return np.sum(h ** 2)
+
+
+def test_a_python_entry_runs_in_the_compile_server(monkeypatch):
+    from jitgraph.codegen import compile_server
+    runs = []
+    real = compile_server.run_remote
+
+    def spy(*args):
+        runs.append(real(*args))
+        return runs[-1]
+    monkeypatch.setattr(compile_server, "run_remote", spy)
+    w = np.random.default_rng(7).standard_normal((5, 5)) * 0.3
+    x = np.random.default_rng(8).standard_normal((4, 5))
+    f = jg.jit_grad(_deep, wait=True)
+    v, g = f(w, x)
+    want = jg.value_and_grad(_deep)(w, x)
+    assert v == pytest.approx(want[0], rel=1e-12)
+    np.testing.assert_allclose(g, want[1], rtol=1e-10, atol=1e-14)
+    assert runs == [True]
+    assert "calling the compiled" in f.lower(w, x).source and f.lower(w, x).native == "compiled"

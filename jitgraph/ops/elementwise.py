@@ -85,7 +85,17 @@ def _integer_pow_expr(p):
     return body if p > 0 else f"1.0 / ({body})"
 
 
-elementwise_prim("integer_pow", _integer_pow_expr, lambda x, p: x ** p,
+def _integer_pow_impl(x, p):
+    """x ** p as the compiled loops compute it: repeated products up to the 4th power."""
+    if not 0 < p <= 4:
+        return x ** p
+    out = x * x if p > 1 else np.array(x, copy=True)
+    for _ in range(p - 2):
+        out *= x
+    return out
+
+
+elementwise_prim("integer_pow", _integer_pow_expr, _integer_pow_impl,
                  (lambda g, out, x, p: g * (p * power(x, p - 1) if p != 2 else x * 2.0),),
                  abstract=lambda x, p: same(x))
 
