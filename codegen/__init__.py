@@ -8,7 +8,7 @@ primitive registry; nothing here imports jitgraph's public API, which calls in.
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
 from .build import cache_dir, cache_enabled, load_kernel
-from .emit_cpu import Emitter, serial_source, uses_threads
+from .emit_cpu import Emitter, uses_threads
 from .emit_cuda import compile_graph_cuda
 from .fusion import Group, OpStep, Partition
 from .memory import MemoryPlan, MemoryReport
@@ -36,8 +36,8 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     """Fuse, emit and build `graph`; backend "python" runs the source without Numba.
 
     target "cuda" builds numba.cuda kernels plus host code (codegen/emit_cuda.py).
-    threads=False compiles the parallel loops to run on one thread (`emit_cpu.serial_source`):
-    the same chunks (the same results up to rounding) at about half the compile time. `Program.threads` says
+    threads=False builds the program without parallel loops (plain loops, no chunks): the same
+    results up to rounding, compiled in about half the time. `Program.threads` says
     whether the program runs threads, `Program.threadable` whether its threaded build would.
     """
     if target == "cuda":
@@ -47,7 +47,7 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     part, source, em = generate(graph, parallel, fastmath)
     threadable = uses_threads(source)
     if threadable and not threads:
-        source = serial_source(source)
+        part, source, em = generate(graph, False, fastmath)
     if backend == "python":
         kernel, module, path = python_kernel(source), None, None
     else:

@@ -50,23 +50,15 @@ NJIT_ENTRY_MAX_STEPS = 48
 OUTLINE_LINES = 40         # parallel chunk bodies longer than this become their own function
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
-# How parallel functions are compiled: prange loops on Numba's threads. `serial_source` swaps this
-# line for `_PARALLEL = False` (prange then runs as range): the same chunks in the same order at
-# half the compile time (each prange costs Numba ~0.4 s); the same results up to rounding (with
-# fastmath's reassociation, the loops inside a chunk may vectorize differently).
+# How parallel functions are compiled: prange loops on Numba's threads (each prange costs Numba
+# ~0.4 s of compile).
 PARALLEL_HEADER = ("_PARALLEL = dict(prange=True, numpy=False, reduction=False, setitem=False, stencil=False,\n"
                    "                 fusion=False, comprehension=False, inplace_binop=False)")
-SERIAL_HEADER = "_PARALLEL = False     # the serial build: prange runs as range, the same chunks"
 
 
 def uses_threads(source):
     """Does this generated module have parallel (prange) functions?"""
     return PARALLEL_HEADER in source and "parallel=_PARALLEL" in source
-
-
-def serial_source(source):
-    """The module `source` with its parallel functions compiled serially."""
-    return source.replace(PARALLEL_HEADER, SERIAL_HEADER, 1)
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which

@@ -28,7 +28,7 @@ maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL})
 runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
-                                                "copy", "slot", "slot_view")})
+                                                "copy", "slot_view")}, slot=_runtime.slot_view)
 
 _IMPORTS = {
     "from numba import njit, prange": "from jitgraph.codegen.pymode import njit, prange",

@@ -127,7 +127,7 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     """Generate and compile the program of a traced graph (applying the remat policy first),
     and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
     the globals and closure cells the trace read (`signature.guards`, taken when it traced).
-    threads=False builds the parallel loops serially (the same chunks, half the compile time;
+    threads=False builds the program without parallel loops (about half the compile time;
     `entry.lowered.program.threadable` says whether a threaded build would differ)."""
     t1 = time.perf_counter()
     target = resolved_target(options["target"])
