@@ -8,8 +8,11 @@
 3. Per-call overhead of a cache hit (w5: 3 elements).
 Timing never fails anything: this is a benchmark, not a test.
 """
-import json
 import os
+
+os.environ.setdefault("JITGRAPH_WAIT", "1")    # steady-state timings: compile before call 1 returns
+
+import json
 import subprocess
 import sys
 import tempfile

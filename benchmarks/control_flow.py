@@ -14,9 +14,12 @@ Kalman filter written with `jg.scan` + `jg.cond`, each against the same program
 written with `if`, `for` and `while` (medians of repeated calls; the target is
 at most 2x the Python statement).
 """
+import os
+
+os.environ.setdefault("JITGRAPH_WAIT", "1")    # steady-state timings: compile before call 1 returns
+
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys

@@ -20,9 +20,12 @@ Workers get one thread each (NUMBA_NUM_THREADS=1, BLAS at 1 via Dask's defaults)
 the single process uses both cores. This is a benchmark: nothing is asserted
 except that the runs agree.
 """
+import os
+
+os.environ.setdefault("JITGRAPH_WAIT", "1")    # steady-state timings: compile before call 1 returns
+
 import argparse
 import json
-import os
 import pickle
 import statistics
 import subprocess

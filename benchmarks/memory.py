@@ -20,10 +20,13 @@ alone, the activations and temporaries. The predictions are
 "stored" is `.stored_bytes`, the activations kept for the backward pass. Gradients are compared bit for bit with
 the remat=None run (SHA-256 of their bytes).
 """
+import os
+
+os.environ.setdefault("JITGRAPH_WAIT", "1")    # steady-state timings: compile before call 1 returns
+
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 

@@ -38,7 +38,7 @@ def clipped(x, w):
 
 def main():
     k, y0 = np.linspace(0.5, 2.0, 4), np.linspace(-1.0, 1.0, 4)
-    f = jg.jit_grad(ode_loss, argnums=(0, 1))
+    f = jg.jit_grad(ode_loss, argnums=(0, 1), wait=True)     # time the compile
     t0 = time.perf_counter()
     v, (gk, gy) = f(k, y0)
     print(f"ODE, {STEPS} Euler steps: loss {v:.6f}, first call (trace+compile) "

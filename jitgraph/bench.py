@@ -412,14 +412,14 @@ def run(names=None, sizes="default", reps=7, peers=True, progress=True, seed=0, 
             inner, scale = units(name)
             row = {"name": name, "title": title(name, sizes)}
             bar.start(f"{name}: compiling jit_grad")
-            f = jg.jit_grad(w["loss"], argnums=nums)
+            f = jg.jit_grad(w["loss"], argnums=nums, wait=True)     # compiled from the first call
             t0 = time.perf_counter()
             f(*args)
             row["first_call_s"] = time.perf_counter() - t0
             row["native"] = f.lower(*args).native
             bar.done()
             bar.start(f"{name}: compiling jit")
-            fwd = jg.jit(w["loss"])
+            fwd = jg.jit(w["loss"], wait=True)
             fwd(*args)
             bar.done()
             eager = jg.value_and_grad(w["loss"], argnums=nums)

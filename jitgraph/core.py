@@ -19,10 +19,12 @@ import math
 import os
 import sys
 import threading
+import warnings
 
 import numpy as np
 
-from .errors import JitgraphError, NotSupportedError, ShapeError, TracingError, is_library_frame, where
+from .errors import (JitgraphError, NotSupportedError, ShapeError, TracingError, is_library_frame,
+                     numpy_scalar_call, where)
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -686,10 +688,12 @@ class Tracer(Tensor):
 
     def __float__(self):
         _refuse_numpy_conversion("float")
+        _refuse_scalar_constructor()
         self._concrete("float()")
 
     def __int__(self):
         _refuse_numpy_conversion("int")
+        _refuse_scalar_constructor()
         self._concrete("int()")
 
     def __index__(self):
@@ -747,10 +751,12 @@ class EagerBox(Tensor):
 
     def __float__(self):
         _refuse_numpy_conversion("float")
+        _refuse_scalar_constructor()
         return float(self.value)
 
     def __int__(self):
         _refuse_numpy_conversion("int")
+        _refuse_scalar_constructor()
         return int(self.value)
 
     def __index__(self):
@@ -791,6 +797,20 @@ def _refuse_numpy_conversion(kind):
             f"NumPy converted a traced value with {kind}() inside one of its functions, which would "
             f"cut it out of the graph: np.mean/np.std of a list of traced values do this. Stack the "
             f"values into one array first, e.g. np.mean(np.stack([a, b])){where()}")
+
+
+def _refuse_scalar_constructor():
+    """np.float64(x) of a recorded value: NumPy makes a constant of it (its constructor calls
+    __float__), which would cut it out of the gradient. Say what to write instead."""
+    name = numpy_scalar_call()
+    if name:
+        # NumPy swallows an error from __float__ and goes on to fail with "setting an array
+        # element with a sequence" (a Tensor has __getitem__): say what happened first
+        msg = (f"np.{name}(x) of a traced value would make a constant of it (NumPy's scalar types "
+               f"cannot hold one) and cut it out of the gradient; write np.asarray(x, np.{name}) or "
+               f"x.astype(np.{name}){where()}")
+        warnings.warn(f"jitgraph: {msg}", RuntimeWarning, stacklevel=3)
+        raise NotSupportedError(msg)
 
 
 LIBRARY_HINTS = {}    # "scipy.special.logsumexp" -> a hint added to its refusal (ops/special.py)

@@ -4,6 +4,8 @@ import linecache
 import os
 import sys
 
+import numpy as np
+
 _PKG_DIRS = tuple(
     os.path.dirname(os.path.abspath(__file__)) if name == "jitgraph"
     else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name)
@@ -79,6 +81,52 @@ def in_place_statement():
                 break
         _IN_PLACE[key] = known
     return known
+
+
+_CALLEE = {}
+_CALLS = {"CALL", "CALL_FUNCTION", "CALL_METHOD"}
+
+
+def numpy_scalar_call():
+    """The name of the NumPy scalar type (`float64`, `int32`, ...) the user's innermost frame is
+    calling, as in `np.float64(x)`, else None. Read from the bytecode: walking back from the
+    call over its arguments' stack effects finds the instruction that loaded the callable."""
+    frame = sys._getframe(1)
+    while frame is not None and is_library_frame(frame):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    key = (frame.f_code, frame.f_lasti)
+    if key not in _CALLEE:
+        _CALLEE[key] = _callee_name(frame.f_code, frame.f_lasti)
+    name = _CALLEE[key]
+    typ = getattr(np, name, None) if name else None
+    return name if isinstance(typ, type) and issubclass(typ, np.generic) else None
+
+
+def _callee_name(code, lasti):
+    ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    at = next((k for k, i in enumerate(ins) if i.offset == lasti), None)
+    if at is None or ins[at].opname not in _CALLS or ins[at].arg is None:
+        return None
+    need, depth = ins[at].arg + 1, 0
+    start = at - 1 if at and ins[at - 1].opname == "PRECALL" else at      # the call's own PRECALL
+    for k in range(start - 1, -1, -1):
+        i = ins[k]
+        if i.is_jump_target or "JUMP" in i.opname or i.opname.startswith("POP_JUMP"):
+            return None
+        try:
+            depth += dis.stack_effect(i.opcode, i.arg, jump=False) if i.opcode >= dis.HAVE_ARGUMENT \
+                else dis.stack_effect(i.opcode)
+        except ValueError:
+            return None
+        if depth >= need:
+            # the callable: this load, or the attribute loads right after it (np.float64)
+            name, j = i.argval, k + 1
+            while j < start and ins[j].opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                name, j = ins[j].argval, j + 1
+            return name if isinstance(name, str) else None
+    return None
 
 
 def where():

@@ -521,3 +521,14 @@ def test_augmented_assignment_to_a_numpy_array_rebinds_it():
         jg.value_and_grad(_writes_numpy_array_through_out)(w)
     with pytest.raises(TypeError, match="same_kind"):
         jg.value_and_grad(_widens_numpy_int_array)(w)
+
+
+def _numpy_scalar_of_traced(x):
+    return np.float64(np.sum(x)) * 2.0      # NumPy's scalar would be a constant: no gradient
+
+
+def test_numpy_scalar_constructor_of_a_traced_value_is_refused_not_a_silent_constant():
+    for run in (jg.value_and_grad(_numpy_scalar_of_traced), jg.jit_grad(_numpy_scalar_of_traced, wait=True)):
+        with pytest.warns(RuntimeWarning, match=r"np\.float64\(x\) of a traced value"):
+            with pytest.raises(ValueError):
+                run(np.ones(3))
