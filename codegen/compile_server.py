@@ -13,8 +13,9 @@ per loop) is run instead, on the call's arguments (workspace and output buffers 
 there), which compiles every function it calls.
 
 The server starts on first use and serves one compile at a time. It reads its requests
-from a pipe and exits when the pipe closes: when the parent exits, however it exits,
-no orphan is left compiling. A forked child starts its own server when it needs one.
+from a pipe and exits when the pipe closes, or within half a second of its parent's
+death, even mid-compile: no orphan is left compiling. A forked child starts its own
+server when it needs one.
 Numba writes each cache file to a temporary name and renames it, so a server killed
 mid-compile leaves no half-written file. Whenever the server cannot help (no disk
 cache, a Python entry, a crash, an error), `compile_remote` returns False and the
@@ -29,10 +30,11 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 
-from .build import load_kernel
+from .build import cache_dir, load_kernel
 
 _LEN = struct.Struct("<Q")
 
@@ -150,23 +152,44 @@ def _ask(job):
     server = start()
     if server is None:
         return False
-    answer = server.request(job)
+    answer = server.request((cache_dir(),) + job)     # the cache directory the caller loads from
     if answer is None:
         _failures += 1        # it died: another one is started next time, twice at most
         return False
     return answer[0] == "ok"
 
 
+def _die_with_parent(period=0.5):
+    """Exit when the parent dies (even by SIGKILL, mid-compile): a watchdog thread sees the
+    server re-parented. (Linux's PR_SET_PDEATHSIG would fire when the parent's *thread*
+    that started the server ends, which may be any thread.)"""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(period)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _serve():
-    """The server's loop: (kind, module path, function, argument types or arguments) in,
-    ("ok" | "error", text) out."""
-    requests, replies = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr       # nothing but replies on the pipe
+    """The server's loop: (cache directory, kind, module path, function, argument types or
+    arguments) in, ("ok" | "error", text) out."""
+    # nothing but replies on the pipe: replies go to a copy of the pipe's descriptor, and
+    # whatever writes to standard output (Python or C) goes to standard error
+    sys.stdout.flush()
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    _die_with_parent()
     while True:
         job = _receive(requests)
         if job is None:
             return
-        kind, path, function, payload = job
+        directory, kind, path, function, payload = job
+        os.environ["JITGRAPH_CACHE_DIR"] = directory
         try:
             with open(path, encoding="utf-8") as f:
                 source = f.read()

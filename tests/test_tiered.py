@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -211,3 +212,56 @@ def test_a_python_entry_runs_in_the_compile_server(monkeypatch):
     np.testing.assert_allclose(g, want[1], rtol=1e-10, atol=1e-14)
     assert runs == [True]
     assert "calling the compiled" in f.lower(w, x).source and f.lower(w, x).native == "compiled"
+
+
+def test_the_compile_server_follows_the_cache_directory(monkeypatch, tmp_path):
+    from jitgraph.codegen import compile_server
+    compile_server.start()                          # a server started under the old directory
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = compile_server.compile_remote
+
+    def spy(*args):
+        calls.append(real(*args))
+        return calls[-1]
+    monkeypatch.setattr(compile_server, "compile_remote", spy)
+    f = jg.jit(lambda x: np.log1p(x) * 7.0, wait=True)
+    x = np.linspace(0.0, 1.0, 13)
+    np.testing.assert_allclose(f(x), np.log1p(x) * 7.0)
+    assert calls == [True] and f.lower(x).native == "compiled"       # loaded from tmp_path
+    assert list((tmp_path / "kernels").glob("jg_*.py"))
+
+
+def test_the_compile_server_dies_with_its_parent(tmp_path):
+    code = textwrap.dedent("""
+        import os, signal, sys, time, numpy as np, jitgraph as jg
+        from jitgraph.codegen import compile_server
+        f = jg.jit(lambda x: np.tanh(x) @ x.T + np.cosh(x).sum(), wait=False)
+        f(np.ones((3, 3)))                          # its compile goes to the server
+        print(compile_server.start().proc.pid, flush=True)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)        # mid-compile, no cleanup
+    """)
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    pid = int(r.stdout.split()[0])
+    for _ in range(100):
+        if not _running(pid):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the compile server outlived its parent by 10 s")
+
+
+def _running(pid):
+    """Is process `pid` alive (a zombie nobody reaped counts as dead)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
