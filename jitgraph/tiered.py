@@ -88,12 +88,14 @@ class TieredEntry:
         self.error = None
         self._warned = False
         self._done = threading.Event()
-        self._schedule()
+        self._pid = None         # the process that scheduled the compile (after the first call)
 
     def _schedule(self):
-        self._pid = os.getpid()
-        self._done.clear()
-        _submit(self._compile)
+        """Queue the compile, unless this process did (a forked child compiles again: the
+        compile thread stayed in the parent)."""
+        if self._pid != os.getpid() and not self._done.is_set():
+            self._pid = os.getpid()
+            _submit(self._compile)
 
     def _compile(self):
         try:
@@ -117,8 +119,6 @@ class TieredEntry:
                 warnings.warn(f"jitgraph: compiling {self.graph.meta.get('name', 'the function')} "
                               f"failed ({type(self.error).__name__}: {self.error}); it keeps running on "
                               f"the NumPy interpreter", CompileWarning, stacklevel=3)
-        elif self._pid != os.getpid():
-            self._schedule()       # forked while compiling: the compile thread stayed in the parent
         for kind, container, key, obj in self.guards:
             current = container.get(key, MISSING) if kind == "global" else \
                 container.cell_contents if kind == "cell" else getattr(container, key, MISSING)
@@ -127,8 +127,13 @@ class TieredEntry:
         self._stats["interpreted_calls"] += 1
         if self._done.is_set():        # a failed compile: nothing competes for the cores
             return _interpret(self.graph, leaves)
-        with _blas_threads(max(1, (os.cpu_count() or 1) - 1)):     # a core for the compile
-            return _interpret(self.graph, leaves)
+        try:
+            with _blas_threads(max(1, (os.cpu_count() or 1) - 1)):     # a core for the compile
+                return _interpret(self.graph, leaves)
+        finally:
+            # the compile starts after the first interpreted call: generating the program is
+            # Python too, and would take turns on the GIL with that call
+            self._schedule()
 
     # -- waiting ---------------------------------------------------------------------------------------
     def ready(self):
@@ -138,8 +143,7 @@ class TieredEntry:
     def wait(self, timeout=None):
         """Block until the compile finishes; True if it did within `timeout`. Re-raises a
         compile error."""
-        if self._pid != os.getpid() and not self._done.is_set():
-            self._schedule()
+        self._schedule()
         finished = self._done.wait(timeout)
         if finished and self.error is not None:
             raise self.error
