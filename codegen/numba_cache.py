@@ -212,13 +212,19 @@ def enable(dispatchers, cache_path, check=None):
                         else CheckedCache(d.py_func, cache_path, check))
 
 
-def in_cache(dispatcher, argtypes):
-    """Does the disk cache hold `dispatcher` compiled for `argtypes` (a tuple of Numba types)?
-    None when the dispatcher has no usable jitgraph disk cache."""
+def _checked_cache(dispatcher):
+    """The dispatcher's usable jitgraph disk cache, or None."""
     cache = getattr(dispatcher, "_cache", None)
     if isinstance(cache, _Deferred):
         cache = cache._get()
-    if not isinstance(cache, CheckedCache) or not cache._usable():
+    return cache if isinstance(cache, CheckedCache) and cache._usable() else None
+
+
+def in_cache(dispatcher, argtypes):
+    """Does the disk cache hold `dispatcher` compiled for `argtypes` (a tuple of Numba types)?
+    None when the dispatcher has no usable jitgraph disk cache."""
+    cache = _checked_cache(dispatcher)
+    if cache is None:
         return None
     try:
         key = cache._index_key(tuple(argtypes), dispatcher.targetctx.codegen())
@@ -229,12 +235,8 @@ def in_cache(dispatcher, argtypes):
 
 def has_cached(dispatcher):
     """Does the disk cache hold `dispatcher` compiled for any argument types?"""
-    cache = getattr(dispatcher, "_cache", None)
-    if isinstance(cache, _Deferred):
-        cache = cache._get()
-    if not isinstance(cache, CheckedCache) or not cache._usable():
-        return False
+    cache = _checked_cache(dispatcher)
     try:
-        return bool(cache._cache_file._load_index())
-    except Exception:
+        return cache is not None and bool(cache._cache_file._load_index())
+    except Exception:       # an unreadable index: a miss
         return False

@@ -48,15 +48,33 @@ def is_library_frame(frame):
     return known
 
 
+def _innermost_user_frame():
+    """The innermost frame outside jitgraph and NumPy, or None."""
+    frame = sys._getframe(1)
+    while frame is not None and is_library_frame(frame):
+        frame = frame.f_back
+    return frame
+
+
 def user_frame():
     """(filename, lineno, source line) of the innermost frame outside jitgraph and NumPy, or None."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not is_library_frame(frame):
-            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            return frame.f_code.co_filename, frame.f_lineno, line
-        frame = frame.f_back
-    return None
+    frame = _innermost_user_frame()
+    if frame is None:
+        return None
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return frame.f_code.co_filename, frame.f_lineno, line
+
+
+def _at_user_instruction(decode, memo):
+    """`decode(code, offset)` of the instruction the user's innermost frame is executing,
+    memoized per (code, offset); None without a user frame."""
+    frame = _innermost_user_frame()
+    if frame is None:
+        return None
+    key = (frame.f_code, frame.f_lasti)
+    if key not in memo:
+        memo[key] = decode(frame.f_code, frame.f_lasti)
+    return memo[key]
 
 
 _IN_PLACE = {}
@@ -65,22 +83,13 @@ _IN_PLACE = {}
 def in_place_statement():
     """Is the user's innermost frame executing an augmented assignment (`a += b`, `a *= b`, ...)?
     Python rebinds `a` to what `a.__iadd__(b)` returns, so that statement needs no write into `a`."""
-    frame = sys._getframe(1)
-    while frame is not None and is_library_frame(frame):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    key = (frame.f_code, frame.f_lasti)
-    known = _IN_PLACE.get(key)
-    if known is None:
-        known = False
-        for ins in dis.get_instructions(frame.f_code):
-            if ins.offset == frame.f_lasti:
-                known = ins.opname.startswith("INPLACE_") or (
-                    ins.opname == "BINARY_OP" and ins.argrepr.endswith("=") and ins.argrepr != "==")
-                break
-        _IN_PLACE[key] = known
-    return known
+    return bool(_at_user_instruction(_is_in_place_op, _IN_PLACE))
+
+
+def _is_in_place_op(code, lasti):
+    ins = next((i for i in dis.get_instructions(code) if i.offset == lasti), None)
+    return ins is not None and (ins.opname.startswith("INPLACE_") or (
+        ins.opname == "BINARY_OP" and ins.argrepr.endswith("=") and ins.argrepr != "=="))
 
 
 _CALLEE = {}
@@ -91,15 +100,7 @@ def numpy_scalar_call():
     """The name of the NumPy scalar type (`float64`, `int32`, ...) the user's innermost frame is
     calling, as in `np.float64(x)`, else None. Read from the bytecode: walking back from the
     call over its arguments' stack effects finds the instruction that loaded the callable."""
-    frame = sys._getframe(1)
-    while frame is not None and is_library_frame(frame):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    key = (frame.f_code, frame.f_lasti)
-    if key not in _CALLEE:
-        _CALLEE[key] = _callee_name(frame.f_code, frame.f_lasti)
-    name = _CALLEE[key]
+    name = _at_user_instruction(_callee_name, _CALLEE)
     typ = getattr(np, name, None) if name else None
     return name if isinstance(typ, type) and issubclass(typ, np.generic) else None
 

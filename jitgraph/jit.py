@@ -169,7 +169,7 @@ class JitFunction:
             desc = self.signature.describe(args)
             self.signature.explain(desc, self._stats["traces"])
             fun, dyn, argnums = self.signature.split_static(args, self.argnums, self.grad)
-            if self.backend == "numba" and resolved_target(self.target) == "cpu" and codegen_cache_enabled():
+            if self._native_cpu() and codegen_cache_enabled():
                 compile_server.start()      # its imports overlap the trace
             if self._tiered():
                 entry = self._tiered_entry(key, fun, dyn, argnums, desc)
@@ -182,8 +182,13 @@ class JitFunction:
                 self._stats["evictions"] += 1
             return entry
 
+    def _native_cpu(self):
+        """Does this function compile Numba kernels for the CPU (what tiers and the compile
+        server serve)?"""
+        return self.backend == "numba" and resolved_target(self.target) == "cpu"
+
     def _tiered(self):
-        return not self.wait_compile and self.backend == "numba" and resolved_target(self.target) == "cpu"
+        return not self.wait_compile and self._native_cpu()
 
     def _tiered_entry(self, key, fun, dyn, argnums, desc):
         """Trace now; compile in the background (tiered.py)."""
@@ -216,8 +221,7 @@ class JitFunction:
         the background (JITGRAPH_SERIAL_FIRST, default on): compiled calls start at about half
         the compile time (each parallel loop costs Numba ~0.4 s). The two builds agree to
         rounding, like the tiers; with wait=True the threaded build is the only one."""
-        return self.parallel and self.backend == "numba" and resolved_target(self.target) == "cpu" \
-            and bool(env_int("JITGRAPH_SERIAL_FIRST", 1))
+        return self.parallel and bool(env_int("JITGRAPH_SERIAL_FIRST", 1))
 
     def _upgrade(self, key, entry, build_threaded):
         """Compile the threaded build of `entry`'s program in the background, if it has parallel

@@ -222,15 +222,16 @@ def _run_in_server(program, args):
     mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
     if mod is None or not _server_usable():
         return False
-    functions = [v for v in vars(mod).values() if isinstance(v, numba.core.registry.CPUDispatcher)
-                 and getattr(v.py_func, "__module__", None) == mod.__name__]
+    functions = _module_dispatchers(mod)
     if not functions or all(f.overloads or numba_cache.has_cached(f) for f in functions):
         return False
     spec = list(args)
-    made = range(len(spec) - len(program.out_specs) - (2 if program.ws_bytes is not None else 0), len(spec))
-    for k in made:      # the workspace arena and the output buffers: made by the server
-        if isinstance(spec[k], np.ndarray) and k != len(spec) - len(program.out_specs) - 1:
-            spec[k] = compile_server.Empty(spec[k].shape, spec[k].dtype)
+    n_out = len(program.out_specs)
+    made = list(range(len(spec) - n_out, len(spec)))          # the output buffers
+    if program.ws_bytes is not None:
+        made.append(len(spec) - n_out - 2)                     # the arena (before its offsets, wofs)
+    for k in made:      # made by the server: their contents are overwritten
+        spec[k] = compile_server.Empty(spec[k].shape, spec[k].dtype)
     if sum(a.nbytes for a in spec if isinstance(a, np.ndarray)) > SERVER_RUN_MAX_BYTES:
         return False
     return compile_server.run_remote(program.path, "kernel", spec)
@@ -318,14 +319,19 @@ def _abstract(a):
     return tree_unflatten(tree, out)
 
 
+def _module_dispatchers(mod):
+    """The Numba dispatchers a generated module defines (not the helpers it imports)."""
+    return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
+            and getattr(getattr(v, "py_func", None), "__module__", None) == mod.__name__]
+
+
 def _dispatch_state(program):
     """(compiled signatures, disk-cache hits) summed over the Numba dispatchers of a program's
     module (its entry, when compiled, and its loop functions), else None."""
     kernels = [program.kernel]
     mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
     if mod is not None:
-        kernels = [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
-                   and getattr(getattr(v, "py_func", None), "__module__", None) == mod.__name__]
+        kernels = _module_dispatchers(mod)
     kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
     if not kernels:
         return None

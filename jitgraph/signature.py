@@ -185,17 +185,26 @@ def guards(fun):
     return out
 
 
+def guard_value(kind, container, key):
+    """What a guard reads now: the global, the closure variable, or the attribute."""
+    if kind == "global":
+        return container.get(key, MISSING)
+    if kind == "cell":
+        return container.cell_contents
+    return getattr(container, key, MISSING)
+
+
+def guards_hold(guards_):
+    """Does every guard still read the object the trace read? (Entry checks the same in the
+    code it generates, for speed.)"""
+    return all(guard_value(kind, container, key) is obj for kind, container, key, obj in guards_)
+
+
 def stale_names(guards_):
     """Names of the guards that no longer hold (for the retrace log)."""
-    names = []
-    for kind, container, key, obj in guards_:
-        if kind == "global" and container.get(key, MISSING) is not obj:
-            names.append(f"global `{key}`")
-        elif kind == "cell" and container.cell_contents is not obj:
-            names.append("a closure variable")
-        elif kind == "attr" and getattr(container, key, MISSING) is not obj:
-            names.append(f"attribute `.{key}` of a global")
-    return names
+    what = {"global": "global `{}`", "cell": "a closure variable", "attr": "attribute `.{}` of a global"}
+    return [what[kind].format(key) for kind, container, key, obj in guards_
+            if guard_value(kind, container, key) is not obj]
 
 
 def fname(fun):

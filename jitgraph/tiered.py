@@ -26,8 +26,9 @@ import threading
 import warnings
 
 from .api import unflatten_outputs
-from .entry import MISSING, Stale
+from .entry import Stale
 from .interpreter import evaluate
+from .signature import guards_hold
 
 
 SWITCH_INTERVAL = 2e-4      # seconds; see _Worker._run
@@ -73,40 +74,64 @@ def _submit(job):
         _worker.jobs.put(job)
 
 
-class TieredEntry:
+class _BackgroundBuild:
+    """A build the compile thread runs; `_built(entry)` or `_failed(error)` is called there. A
+    forked child runs it again (the compile thread stayed in the parent)."""
+
+    def __init__(self, build):
+        self._build = build
+        self._done = threading.Event()
+        self._pid = None         # the process that queued the build
+
+    def _schedule(self):
+        """Queue the build, unless this process did or it is done."""
+        if self._pid != os.getpid() and not self._done.is_set():
+            self._pid = os.getpid()
+            _submit(self._run)
+
+    def _run(self):
+        try:
+            entry = self._build()
+        except BaseException as e:        # reported by _failed, never raised in the compile thread
+            self._failed(e)
+        else:
+            self._built(entry)
+        finally:
+            self._done.set()
+
+    def ready(self):
+        """Has the build finished (successfully or not)?"""
+        return self._done.is_set()
+
+    def wait(self, timeout=None):
+        """Block until the build finishes; True if it did within `timeout`."""
+        self._schedule()
+        return self._done.wait(timeout)
+
+
+class TieredEntry(_BackgroundBuild):
     """A signature whose native program is compiling: calls run the interpreter until then.
 
     `build()` returns the compiled `Entry`; `on_ready(entry)` is called (in the compile
-    thread) when it does, so the owner can put it in its cache."""
+    thread) when it does, so the owner can put it in its cache. The compile is queued after
+    the first interpreted call."""
 
     def __init__(self, graph, guards, desc, build, on_ready, stats):
+        super().__init__(build)
         self.graph = graph
         self.guards = guards
         self.desc = desc
-        self._build, self._on_ready, self._stats = build, on_ready, stats
+        self._on_ready, self._stats = on_ready, stats
         self.entry = None
         self.error = None
         self._warned = False
-        self._done = threading.Event()
-        self._pid = None         # the process that scheduled the compile (after the first call)
 
-    def _schedule(self):
-        """Queue the compile, unless this process did (a forked child compiles again: the
-        compile thread stayed in the parent)."""
-        if self._pid != os.getpid() and not self._done.is_set():
-            self._pid = os.getpid()
-            _submit(self._compile)
+    def _built(self, entry):
+        self.entry = entry
+        self._on_ready(entry)
 
-    def _compile(self):
-        try:
-            entry = self._build()
-        except BaseException as e:        # reported on the next call (never lost, never raised here)
-            self.error = e
-        else:
-            self.entry = entry
-            self._on_ready(entry)
-        finally:
-            self._done.set()
+    def _failed(self, error):
+        self.error = error         # reported on the next call and by wait()
 
     # -- the call path -----------------------------------------------------------------------------
     def call(self, leaves):
@@ -119,11 +144,8 @@ class TieredEntry:
                 warnings.warn(f"jitgraph: compiling {self.graph.meta.get('name', 'the function')} "
                               f"failed ({type(self.error).__name__}: {self.error}); it keeps running on "
                               f"the NumPy interpreter", CompileWarning, stacklevel=3)
-        for kind, container, key, obj in self.guards:
-            current = container.get(key, MISSING) if kind == "global" else \
-                container.cell_contents if kind == "cell" else getattr(container, key, MISSING)
-            if current is not obj:
-                raise Stale
+        if not guards_hold(self.guards):
+            raise Stale
         self._stats["interpreted_calls"] += 1
         if self._done.is_set():        # a failed compile: nothing competes for the cores
             return _interpret(self.graph, leaves)
@@ -136,15 +158,10 @@ class TieredEntry:
             self._schedule()
 
     # -- waiting ---------------------------------------------------------------------------------------
-    def ready(self):
-        """Has the compile finished (successfully or not)?"""
-        return self._done.is_set()
-
     def wait(self, timeout=None):
         """Block until the compile finishes; True if it did within `timeout`. Re-raises a
         compile error."""
-        self._schedule()
-        finished = self._done.wait(timeout)
+        finished = super().wait(timeout)
         if finished and self.error is not None:
             raise self.error
         return finished
@@ -163,38 +180,22 @@ class TieredEntry:
         return self.entry.obufs if self.entry is not None else []
 
 
-class Upgrade:
+class Upgrade(_BackgroundBuild):
     """The threaded build of a program that runs serially meanwhile (jit's serial-first builds):
     compiled in the compile thread; `install(entry)` is called there when it is ready. A
     failed build leaves the serial one serving, with a `CompileWarning`."""
 
     def __init__(self, name, build, install):
-        self.name, self._build, self._install = name, build, install
-        self._done = threading.Event()
+        super().__init__(build)
+        self.name, self._install = name, install
         self._schedule()
 
-    def _schedule(self):
-        self._pid = os.getpid()
-        _submit(self._compile)
+    def _built(self, entry):
+        self._install(entry)
 
-    def _compile(self):
-        try:
-            entry = self._build()
-        except Exception as e:
-            warnings.warn(f"jitgraph: the multi-threaded build of {self.name} failed ({type(e).__name__}: "
-                          f"{e}); it keeps running its single-threaded build", CompileWarning)
-        else:
-            self._install(entry)
-        finally:
-            self._done.set()
-
-    def ready(self):
-        return self._done.is_set()
-
-    def wait(self, timeout=None):
-        if self._pid != os.getpid() and not self._done.is_set():
-            self._schedule()       # forked while compiling: the compile thread stayed in the parent
-        return self._done.wait(timeout)
+    def _failed(self, error):
+        warnings.warn(f"jitgraph: the multi-threaded build of {self.name} failed ({type(error).__name__}: "
+                      f"{error}); it keeps running its single-threaded build", CompileWarning)
 
 
 _controller = None

@@ -11,6 +11,7 @@ import pytest
 
 import jitgraph as jg
 from jitgraph import tiered
+from jitgraph.codegen import compile_server
 
 RNG = np.random.default_rng(5)
 W = RNG.standard_normal((6, 4))
@@ -22,7 +23,14 @@ def loss(w, x):
     return np.sum(h ** 2) + np.max(h)
 
 
-def test_first_calls_interpret_then_switch_to_the_kernel():
+@pytest.fixture
+def cold_cache(monkeypatch, tmp_path):
+    """A cache directory of the test's own: its kernels compile, whatever ran before."""
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_first_calls_interpret_then_switch_to_the_kernel(cold_cache):
     f = jg.jit_grad(loss, wait=False)
     want = jg.value_and_grad(loss)(W, X)
     v, g = f(W, X)                        # returns before the compile: the interpreter
@@ -146,15 +154,19 @@ def test_wait_true_builds_threaded_only_and_serial_first_can_be_turned_off(monke
     assert g.lower(W_BIG).program.threads
 
 
-def test_kernels_compile_in_the_compile_server(monkeypatch):
-    from jitgraph.codegen import compile_server
-    calls = []
-    real = compile_server.compile_remote
+def _record_answers(monkeypatch, name):
+    """The answers compile_server.<name> gives from now on (a list that grows)."""
+    answers, real = [], getattr(compile_server, name)
 
     def spy(*args):
-        calls.append(real(*args))
-        return calls[-1]
-    monkeypatch.setattr(compile_server, "compile_remote", spy)
+        answers.append(real(*args))
+        return answers[-1]
+    monkeypatch.setattr(compile_server, name, spy)
+    return answers
+
+
+def test_kernels_compile_in_the_compile_server(monkeypatch, cold_cache):
+    calls = _record_answers(monkeypatch, "compile_remote")
     f = jg.jit(lambda x: np.cosh(x) * 3.0 - x, wait=True)
     x = np.linspace(0.0, 1.0, 7)
     np.testing.assert_allclose(f(x), np.cosh(x) * 3.0 - x)
@@ -162,8 +174,7 @@ def test_kernels_compile_in_the_compile_server(monkeypatch):
     assert f.lower(x).native == "compiled" and f.cache_info().compiles == 1
 
 
-def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch):
-    from jitgraph.codegen import compile_server
+def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch, cold_cache):
     server = compile_server.start()
     server.proc.kill()
     server.proc.wait()
@@ -177,9 +188,8 @@ def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch):
     server.close()
 
 
-def test_without_the_compile_server(monkeypatch):
+def test_without_the_compile_server(monkeypatch, cold_cache):
     monkeypatch.setenv("JITGRAPH_COMPILE_SERVER", "0")
-    from jitgraph.codegen import compile_server
     monkeypatch.setattr(compile_server, "compile_remote", None)     # never called
     f = jg.jit(lambda x: np.arctan(x) * 4.0, wait=True)
     x = np.linspace(0.0, 1.0, 11)
@@ -194,15 +204,8 @@ def _deep(w, x):
     return np.sum(h ** 2)
 
 
-def test_a_python_entry_runs_in_the_compile_server(monkeypatch):
-    from jitgraph.codegen import compile_server
-    runs = []
-    real = compile_server.run_remote
-
-    def spy(*args):
-        runs.append(real(*args))
-        return runs[-1]
-    monkeypatch.setattr(compile_server, "run_remote", spy)
+def test_a_python_entry_runs_in_the_compile_server(monkeypatch, cold_cache):
+    runs = _record_answers(monkeypatch, "run_remote")
     w = np.random.default_rng(7).standard_normal((5, 5)) * 0.3
     x = np.random.default_rng(8).standard_normal((4, 5))
     f = jg.jit_grad(_deep, wait=True)
@@ -215,16 +218,9 @@ def test_a_python_entry_runs_in_the_compile_server(monkeypatch):
 
 
 def test_the_compile_server_follows_the_cache_directory(monkeypatch, tmp_path):
-    from jitgraph.codegen import compile_server
     compile_server.start()                          # a server started under the old directory
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
-    calls = []
-    real = compile_server.compile_remote
-
-    def spy(*args):
-        calls.append(real(*args))
-        return calls[-1]
-    monkeypatch.setattr(compile_server, "compile_remote", spy)
+    calls = _record_answers(monkeypatch, "compile_remote")
     f = jg.jit(lambda x: np.log1p(x) * 7.0, wait=True)
     x = np.linspace(0.0, 1.0, 13)
     np.testing.assert_allclose(f(x), np.log1p(x) * 7.0)
