@@ -226,11 +226,8 @@ class Emitter(EmitterBase):
             if n.id in self.part.materialized and n.kind not in ("input", "const") \
                     and not PRIMS[n.op].multiple:
                 made[n.id] = n
-            if n.id in self.part.virtual:
-                continue
-            for x in n.inputs:
-                x = self.part.resolve(x)
-                last[x.id] = max(last.get(x.id, -1), k)
+            for src in self.part.reads(n):
+                last[src.id] = max(last.get(src.id, -1), k)
         keep = {self.part.resolve(o).id for o in self.graph.outputs}
         dead = {}
         for i, n in made.items():
@@ -410,6 +407,8 @@ class GroupEmitter:
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
         x, ix = self.plan.source(x, target_shape)
+        if x.id in self.em.part.index_views:
+            return self.em.part.read_expr(x, ix, self._leaf)
         if self.em.is_scalar_const(x):
             return self.n.const_ref(x)
         self.reads[x.id] = x
@@ -418,6 +417,19 @@ class GroupEmitter:
         if self.flat:
             return f"{self.flat_name(x)}[i]"
         return f"{self.n.var(x)}[{', '.join(ix) if ix else '0'}]"
+
+    def _leaf(self, x, ix):
+        """A stored value read at index `ix` inside an index view's expression."""
+        if self.em.is_scalar_const(x):
+            return self.n.const_ref(x)
+        if x.op == "const" and x.size and x.value.flat[0] in (0, 1) and (x.value == x.value.flat[0]).all():
+            return literal(x.value.flat[0], x.dtype)      # a pad's zeros: no array to read
+        self.reads[x.id] = x
+        return f"{self.n.var(x)}[{', '.join(ix) if ix else '0'}]"
+
+    def gather(self, n):
+        """The value of gather member n (an index view made stored) at the current point."""
+        return self.em.part.index_expr(n, [f"i{d}" for d in range(n.ndim)], self._leaf)
 
     def value(self, x, target_shape):
         return self.n.scalar(x) if x.id in self.members else self.read(x, target_shape)
@@ -536,7 +548,7 @@ class GroupEmitter:
         lines = []
         for n in self.g.nodes:
             if self.members[n.id] != "sink":
-                lines.append(ind + self.plan.node_line(n, self.value, self.n))
+                lines.append(ind + self.plan.node_line(n, self.value, self))
                 lines += self.store(n, ind)
         return lines + [ind + self.update(s) for s in self.plan.sinks]
 

@@ -22,12 +22,26 @@ earlier step), or a reshape of one that only adds or drops unit dimensions, is
 indexes the stored value directly (broadcast dimensions read index 0), so a
 bias or a scalar is never expanded in memory.
 
-Everything else (matmul, transpose, slicing, gather, scatter, concatenate,
-reshape of a stored value) is an `OpStep`. A node may join a group only if every
+A basic slice, a `pad_slice` (a slice's adjoint: zeros with a slice written) or a
+concatenate whose operands are stored values or other such nodes is an *index
+view*: it too belongs to no step, and a loop that reads it reads the stored
+values at shifted indices (`b[i0, i1 + 1]`, `(a[i0] if i0 < 7 else 0.0)`), so
+stencils, rolls, pads and their adjoints are index arithmetic inside the fused
+loops, never copies. A view that a library op, a graph output or control flow
+needs as an array is materialized by a loop group of its own, placed just
+before that reader.
+
+Everything else (matmul, transpose, gather, scatter, reshape of a stored value)
+is an `OpStep`. A node may join a group only if every
 value it reads from outside the group is produced by an earlier step, so the
 steps run in list order.
 """
+import numpy as np
+
+from .source import literal
+
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
+INDEX_VIEW_OPS = ("slice", "pad_slice", "concatenate", "transpose", "gather")
 
 
 def unit_reshape(node):
@@ -106,24 +120,57 @@ def _inner_axes(g):
 class Partition:
     """The steps of a graph, in execution order, and which values they must store."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, index_views=True):
         self.graph = graph
         self.steps = []
         self.step_of = {}           # node id -> step
         self.virtual = set()        # ids of broadcasts read in place by their consumers
+        self.index_views = set()    # ids of slices, pads, concatenates, ... read by index
+        self.gather_maps = {}       # gather view id -> (c, coefs): index c + sum coefs * j, or None
+        self._allow_views = index_views
+        self.users = graph.users()
         for node in graph.nodes:
             if node.op in ("input", "const"):
                 continue
             step = self._place(node)
             if step is not None:
                 self.step_of[node.id] = step
+        for o in graph.outputs:
+            self._need_array(o)
         self.materialized = self._materialized()
 
     def resolve(self, node):
-        """The stored value a chain of virtual broadcasts and reshapes reads."""
+        """The stored value (or index view) a chain of virtual broadcasts and reshapes reads."""
         while node.id in self.virtual:
             node = node.inputs[0]
         return node
+
+    def sources(self, node):
+        """The stored values reading `node` reads: through virtual broadcasts and reshapes,
+        and through index views to each of their operands."""
+        node = self.resolve(node)
+        if node.id not in self.index_views:
+            return [node]
+        out = []
+        for x in node.inputs:
+            for s in self.sources(x):
+                if all(s is not o for o in out):
+                    out.append(s)
+        return out
+
+    def reads(self, node):
+        """The stored values the step computing `node` reads: a loop group reads through
+        index views, a library op reads arrays (an index view it reads is materialized)."""
+        by_index = isinstance(self.step_of.get(node.id), Group)
+        out = []
+        for x in node.inputs:
+            out += self.sources(x) if by_index else [self.resolve(x)]
+        return out
+
+    def through_view(self, node):
+        """Does reading `node` go through an index view (at indices other than the loop's)?"""
+        node = self.resolve(node)
+        return node.id in self.index_views
 
     def resolve_index(self, node, ix):
         """(stored value, its index) for reading `node` at index `ix` (one expression per dim of
@@ -141,16 +188,129 @@ class Partition:
             node = src
         return node, ix
 
+    def read_expr(self, node, ix, leaf):
+        """The expression for node's element at index `ix` (one expression per dim of node):
+        virtual broadcasts and reshapes as `resolve_index`, index views as shifted indices
+        and conditions, down to stored values, each read spelled by `leaf(stored, ix)`."""
+        node, ix = self.resolve_index(node, ix)
+        if node.id not in self.index_views:
+            return leaf(node, ix)
+        return self.index_expr(node, ix, leaf)
+
+    def index_expr(self, node, ix, leaf):
+        """The expression for element `ix` of slice, pad_slice or concatenate `node`, read from
+        its operands (see `read_expr`)."""
+        p = node.p
+        if node.op == "slice":
+            return self.read_expr(node.inputs[0], [
+                _affine(a, c, i) for a, c, i in zip(p["starts"], p["steps"], ix)], leaf)
+        if node.op == "pad_slice":
+            x = node.inputs[0]
+            conds, inner = [], []
+            for d, (a, c, i) in enumerate(zip(p["starts"], p["steps"], ix)):
+                n = x.shape[d]
+                if c == 1 and a == 0 and n == node.shape[d]:
+                    inner.append(i)
+                    continue
+                off = _offset(i, -a)
+                if c == 1:
+                    conds.append(f"{a} <= {i} < {a + n}")
+                    inner.append(off)
+                elif c == -1:
+                    conds.append(f"{a - n} < {i} <= {a}")
+                    inner.append(f"{a} - {_atom(i)}")
+                else:
+                    lo, hi = (a, a + c * (n - 1)) if c > 0 else (a + c * (n - 1), a)
+                    conds.append(f"{lo} <= {i} <= {hi} and ({off}) % {abs(c)} == 0")
+                    inner.append(f"({off}) // {c}")
+            value = self.read_expr(x, inner, leaf)
+            if not conds:
+                return value
+            return f"({value} if {' and '.join(conds)} else {literal(0, node.dtype)})"
+        if node.op == "transpose":
+            src = [None] * node.ndim
+            for d, a in enumerate(p["perm"]):
+                src[a] = ix[d]
+            return self.read_expr(node.inputs[0], src, leaf)
+        if node.op == "gather":
+            x, idx = node.inputs
+            a, k = p["axis"], idx.ndim
+            pos = ix[a:a + k]
+            affine = self.gather_maps[node.id]
+            if affine is None:
+                at = leaf(idx, pos)          # the table (all its entries in range, >= 0)
+            else:
+                c, coefs = affine
+                terms = [str(c)] if c else []
+                terms += [_affine(0, m, j) for m, j in zip(coefs, pos) if m and j != "0"]
+                at = " + ".join(terms) if terms else "0"
+            return self.read_expr(x, ix[:a] + [at] + ix[a + k:], leaf)
+        # concatenate: the part whose range along the axis holds the index
+        axis = p["axis"]
+        i = ix[axis]
+        parts, start = [], 0
+        for x in node.inputs:
+            jx = list(ix)
+            jx[axis] = _offset(i, -start)
+            parts.append((start + x.shape[axis], self.read_expr(x, jx, leaf)))
+            start += x.shape[axis]
+        expr = parts[-1][1]
+        for stop, value in reversed(parts[:-1]):
+            expr = f"({value} if {i} < {stop} else {expr})"
+        return expr
+
 
 
     # ---- placement -----------------------------------------------------------------------
     def _avail(self, node, group):
         """Can `group` read node's stored value? (produced before the group starts)"""
-        node = self.resolve(node)
-        if node.op in ("input", "const"):
+        for src in self.sources(node):
+            if src.op in ("input", "const"):
+                continue
+            step = self.step_of[src.id]
+            if step is group or step.seq >= group.seq:
+                return False
+        return True
+
+    def _view_ok(self, node):
+        """Can `node` be an index view? (size > 1: a 1-element view would reach the scalar
+        code; real and integer dtypes, whose zero the pad writes as a literal)"""
+        if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.size > 1
+                and node.dtype.kind in "biuf"):
+            return False
+        if node.op == "transpose":
+            # a matrix transpose only matmuls read is BLAS's strided view already
+            users = self.users[node.id]
+            return not (node.p["perm"] == (1, 0) and users
+                        and all(u.op == "matmul" and u.ndim == 2 for u in users))
+        if node.op == "gather":
+            # a gather by constant in-range indices (windows, reversals, edge/reflect/wrap
+            # pads): the index is an affine function of the position, or a table lookup
+            idx, n = node.inputs[1], node.inputs[0].shape[node.p["axis"]]
+            if idx.op != "const" or idx.size == 0 or not ((idx.value >= -n) & (idx.value < n)).all():
+                return False
+            table = np.where(idx.value < 0, idx.value + n, idx.value).astype(np.int64)
+            affine = _affine_map(table)
+            if affine is None and (idx.value < 0).any():
+                return False
+            self.gather_maps[node.id] = affine
             return True
-        step = self.step_of[node.id]
-        return step is not group and step.seq < group.seq
+        return True
+
+    def _need_array(self, node):
+        """A reader that takes `node` as an array (a library op, an output, control flow)
+        is being placed: an index view it reads becomes a stored value, computed by a loop
+        group of its own placed now (its operands are all stored already)."""
+        src = self.resolve(node)
+        if src.id not in self.index_views:
+            return
+        if src.id in self.step_of:
+            return
+        # it stays a view for the loops reading it by index (some may be placed already)
+        g = Group(len(self.steps), src.shape, src.ndim)
+        self.steps.append(g)
+        g.add(src, 2)
+        self.step_of[src.id] = g
 
     def _role(self, group, node):
         """The level `node` would have in `group`, or None if it cannot join."""
@@ -245,6 +405,9 @@ class Partition:
         return g
 
     def _place(self, node):
+        if self._view_ok(node):
+            self.index_views.add(node.id)
+            return None
         fusible = node.kind in ("elementwise", "reduce") or node.op in ("broadcast", "reshape")
         if fusible:
             # candidate groups: those holding an input, newest first
@@ -272,6 +435,8 @@ class Partition:
                 return None
             if node.op != "reshape":
                 return self._new_group(node)
+        for x in node.inputs:
+            self._need_array(x)
         step = OpStep(len(self.steps), node)
         self.steps.append(step)
         return step
@@ -281,15 +446,12 @@ class Partition:
         """Ids of nodes whose value must be stored in an array."""
         out = {self.resolve(n).id for n in self.graph.outputs}
         for node in self.graph.nodes:
-            if node.op in ("input", "const") or node.id in self.virtual:
+            s = self.step_of.get(node.id)
+            if s is None:       # inputs, constants, virtual broadcasts, index views
                 continue
-            s = self.step_of[node.id]
-            for x in node.inputs:
-                x = self.resolve(x)
-                if x.op in ("input", "const"):
-                    continue
-                if self.step_of[x.id] is not s:
-                    out.add(x.id)
+            for src in self.reads(node):
+                if src.op not in ("input", "const") and self.step_of[src.id] is not s:
+                    out.add(src.id)
         for s in self.steps:
             if isinstance(s, Group):
                 for n in s.nodes:
@@ -307,6 +469,9 @@ class Partition:
         if self.virtual:
             lines.append("virtual broadcasts: " + " ".join(
                 names[n.id] for n in self.graph.nodes if n.id in self.virtual))
+        if self.index_views:
+            lines.append("index views: " + " ".join(
+                names[n.id] for n in self.graph.nodes if n.id in self.index_views))
         for s in self.steps:
             if isinstance(s, Group):
                 lv = " ".join(f"{names[n.id]}{'' if s.members[n.id] == 2 else '@' + str(s.members[n.id])}"
@@ -315,3 +480,41 @@ class Partition:
             else:
                 lines.append(f"step {s.seq}: {s.node.op} -> {names[s.node.id]}")
         return "\n".join(lines)
+
+
+def _atom(i):
+    """Index expression `i` as an operand of `*` or unary minus."""
+    return i if i.isidentifier() or i.isdigit() else f"({i})"
+
+
+def _offset(i, k):
+    """Index expression `i + k` (k an int), simplified."""
+    if k == 0:
+        return i
+    if i == "0":
+        return str(k)
+    return f"{i} + {k}" if k > 0 else f"{i} - {-k}"
+
+
+def _affine(start, step, i):
+    """Index expression `start + step * i`, simplified."""
+    if step == 1:
+        return _offset(i, start)
+    if i == "0":
+        return str(start)
+    term = f"{step} * {_atom(i)}" if step != -1 else f"-{_atom(i)}"
+    return f"{start} + {term}" if start else term
+
+
+def _affine_map(table):
+    """(c, coefs) with table[j] == c + sum(coefs[k] * j[k]) for every position j, or None."""
+    c = int(table.flat[0])
+    coefs = []
+    for k, n in enumerate(table.shape):
+        e = [0] * table.ndim
+        if n > 1:
+            e[k] = 1
+        coefs.append(int(table[tuple(e)]) - c if n > 1 else 0)
+    grid = np.indices(table.shape, sparse=True)
+    expect = c + sum(m * g for m, g in zip(coefs, grid))
+    return (c, tuple(coefs)) if np.array_equal(table, np.broadcast_to(expect, table.shape)) else None

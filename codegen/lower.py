@@ -21,6 +21,7 @@ from jitgraph.ops.reduce import REDUCTIONS, identity
 from jitgraph.ops.registry import PRIMS
 from jitgraph.ops.scalar import compute_dtype, fill, render
 
+from .fusion import INDEX_VIEW_OPS
 from .source import Sizes, literal, np_dtype
 
 
@@ -139,10 +140,14 @@ class GroupPlan:
             return False
         if index_sinks and any(s.size != 1 for s in self.sinks):
             return False
+        if any(n.id in self.em.part.index_views or self.is_gather(n) for n in g.nodes):
+            return False
         return all(x.id in self.members or self._flat_read_ok(x) for n in g.nodes for x in n.inputs)
 
     def _flat_read_ok(self, x):
         part = self.em.part
+        if part.through_view(x):     # shifted indices need the loop's nested indices
+            return False
         src = part.resolve(x)
         if src.size == 1:
             return True
@@ -170,10 +175,18 @@ class GroupPlan:
         off = len(target_shape) - x.ndim
         return self.em.part.resolve_index(x, [f"i{off + d}" for d in range(x.ndim)])
 
+    def is_gather(self, n):
+        """A member that is an index view made stored (fusion's `_need_array`): its value at a
+        point is read from its operands at shifted indices."""
+        return n.op in INDEX_VIEW_OPS
+
     def node_line(self, n, value, names):
         """The SSA line computing member n, with `value(x, shape)` the expression for operand x
-        and `names` the code's naming (its `scalar(node)` and `comment(node)`)."""
-        if n.op in ("broadcast", "reshape") or n.kind == "reduce":
+        and `names` the code's naming (its `scalar(node)` and `comment(node)`); a gather
+        member's value is `names.gather(n)`."""
+        if self.is_gather(n):
+            rhs = names.gather(n)
+        elif n.op in ("broadcast", "reshape") or n.kind == "reduce":
             rhs = value(n.inputs[0], n.shape)
         else:
             rhs = self.em.expr(n, [value(x, n.shape) for x in n.inputs])

@@ -34,7 +34,7 @@ import numpy as np
 from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS
 
-from .fusion import Group, OpStep
+from .fusion import INDEX_VIEW_OPS, Group, OpStep
 
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
@@ -102,11 +102,11 @@ class MemoryPlan:
         last = {}
         end = self.n_steps
         for n in graph.nodes:
-            if n.op in ("input", "const") or n.id in part.virtual:
+            k = self.step_at.get(n.id)
+            if k is None:      # inputs, constants, virtual broadcasts, index views
                 continue
-            k = self.step_at[n.id]
-            for x in n.inputs:
-                r = self.root_of(part.resolve(x))
+            for src in part.reads(n):
+                r = self.root_of(src)
                 last[r.id] = max(last.get(r.id, -1), k)
         out_roots = self.out_roots = {self.root_of(part.resolve(o)).id for o in graph.outputs}
         for r in out_roots:
@@ -195,11 +195,12 @@ class MemoryPlan:
                 feeds |= {x.id for x in n.inputs if x.id in step.members}
         for n in step.nodes:
             for x in n.inputs:
-                src = self.part.resolve(x)
-                if self.root_of(src) is not v:
-                    continue
-                if src is not v or step.members[n.id] == "sink" or n.id not in feeds:
-                    return False
+                for src in self.part.sources(x):
+                    if self.root_of(src) is not v:
+                        continue
+                    if src is not v or self.part.through_view(x) or n.op in INDEX_VIEW_OPS \
+                            or step.members[n.id] == "sink" or n.id not in feeds:
+                        return False
         return True
 
     def _update_in_place_ok(self, node, v):

@@ -50,10 +50,10 @@ def _reads(plan):
     """Root node id -> step indices that read it (through views and virtual broadcasts)."""
     part, out = plan.part, {}
     for n in plan.graph.nodes:
-        if n.op in ("input", "const") or n.id in part.virtual:
+        if n.id not in plan.step_at:    # inputs, constants, virtual broadcasts, index views
             continue
-        for x in n.inputs:
-            r = plan.root_of(part.resolve(x))
+        for src in part.reads(n):
+            r = plan.root_of(src)
             out.setdefault(r.id, set()).add(plan.step_at[n.id])
     return out
 
