@@ -620,17 +620,27 @@ class GroupEmitter:
         return alloc, pre, chunk, post
 
     def emit_scalar_group(self):
-        """A group over shape (): straight-line code in the entry function."""
+        """A group over shape (): straight-line code in the entry function, or in a compiled
+        function of its own when the entry runs as Python (the scalar language's functions,
+        `_exp` and the like, are compiled code only, and Python's `math` raises where NumPy's
+        error model gives inf or nan)."""
         g, em = self.g, self.em
-        out = em.body
-        out.append(f"# group {g.seq}: scalar ops")
+        allocs, lines, params = [], [], []
+
+        def use(name):
+            if name not in params:
+                params.append(name)
 
         def val(x):
             if x.id in self.members:
                 return em.scalar(x)
             x = em.part.resolve(x)
             if em.is_scalar_const(x):
-                return em.const_ref(x)
+                ref = em.const_ref(x)
+                if x.id in em._hoisted:
+                    use(ref)
+                return ref
+            use(em.var(x))
             return em.first(x)
 
         for node in g.nodes:
@@ -638,7 +648,16 @@ class GroupEmitter:
                 expr = val(node.inputs[0])
             else:
                 expr = em.expr(node, [val(x) for x in node.inputs])
-            out.append(f"{em.scalar(node)} = {expr}  {em.comment(node)}")
+            lines.append(f"{em.scalar(node)} = {expr}  {em.comment(node)}")
             if node.id in em.part.materialized:
-                out += [f"{em.var(node)} = {em.buffer(node)}",
-                        f"{em.var(node)}[{', '.join(['0'] * max(node.ndim, 1))}] = {em.scalar(node)}"]
+                alloc = f"{em.var(node)} = {em.buffer(node)}"
+                allocs.append(alloc)
+                lines += [alloc, f"{em.var(node)}[{', '.join(['0'] * max(node.ndim, 1))}] = {em.scalar(node)}"]
+                use(em.var(node))
+        em.body.append(f"# group {g.seq}: scalar ops")
+        if not self.local:
+            em.body += lines
+            return
+        em.body += allocs
+        em.body.append(em.function([ln for ln in lines if ln not in allocs], False,
+                                   f"group_{g.seq}", params, params))
