@@ -42,6 +42,7 @@ from .source import literal
 
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
 INDEX_VIEW_OPS = ("slice", "pad_slice", "concatenate", "transpose", "gather")
+TRANSPOSE_REUSE = 512   # cache lines (32 KB: L1) a transposed read may touch before reusing one
 
 
 def unit_reshape(node):
@@ -280,9 +281,15 @@ class Partition:
             return False
         if node.op == "transpose":
             # a matrix transpose only matmuls read is BLAS's strided view already
-            users = self.users[node.id]
-            return not (node.p["perm"] == (1, 0) and users
-                        and all(u.op == "matmul" and u.ndim == 2 for u in users))
+            perm, users = node.p["perm"], self.users[node.id]
+            if perm == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users):
+                return False
+            # read in place, a cache line of the operand's last axis is reused when the loop
+            # over the result's axis d it moved to advances: after the points of the axes
+            # inside d. Within L1 (TRANSPOSE_REUSE lines) that is cheap; a large moved axis
+            # (a big matrix transposed) is a tiled copy instead
+            d = perm.index(node.ndim - 1)
+            return int(np.prod(node.shape[d + 1:], dtype=np.int64)) <= TRANSPOSE_REUSE
         if node.op == "gather":
             # a gather by constant in-range indices (windows, reversals, edge/reflect/wrap
             # pads): the index is an affine function of the position, or a table lookup

@@ -100,3 +100,27 @@ def test_integer_and_boolean_views(dtype):
     for g, e in zip(got, f(a)):
         assert g.dtype == e.dtype
         np.testing.assert_array_equal(g, e)
+
+
+def test_constant_gathers_are_views(rng):
+    """Windows (affine constant indices) and reflect/edge pads (index tables) read in place."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    x, w = rng.standard_normal((6, 7)), rng.standard_normal((3, 3))
+
+    def f(x, w):
+        conv = np.einsum("hwij,ij->hw", sliding_window_view(x, (3, 3)), w)
+        p = np.pad(x, 2, mode="reflect")
+        e = np.pad(x, ((1, 2), (0, 1)), mode="edge")
+        return np.sum(conv ** 2) + np.sum(np.sin(p)) + np.sum(e * e[::-1])
+
+    low = _agree(f, x, w, argnums=(0, 1))
+    forward = low.source.split("def kernel")[1].split("backward")[0]
+    assert "_rt.gather(" not in forward
+
+
+def test_transposes_read_in_place_unless_a_large_axis_moves_inside():
+    heads = jg.make_graph(lambda b: np.sum(np.sin(b.transpose(0, 2, 1, 3))))(np.ones((2, 5, 3, 4)))
+    assert "index views: b" in codegen.Partition(heads).describe()
+    # a 600 x 600 transpose read in place would touch 600 cache lines between reuses
+    big = jg.make_graph(lambda x: np.sum(np.tanh(x.T) * x))(np.ones((600, 600)))
+    assert "step 0: transpose" in codegen.Partition(big).describe()
