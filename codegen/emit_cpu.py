@@ -631,17 +631,22 @@ class GroupEmitter:
             if name not in params:
                 params.append(name)
 
-        def val(x):
-            if x.id in self.members:
-                return em.scalar(x)
-            x = em.part.resolve(x)
+        def leaf(x, ix=None):
             if em.is_scalar_const(x):
                 ref = em.const_ref(x)
                 if x.id in em._hoisted:
                     use(ref)
                 return ref
             use(em.var(x))
-            return em.first(x)
+            return em.first(x) if ix is None else f"{em.var(x)}[{', '.join(ix) if ix else '0'}]"
+
+        def val(x):
+            if x.id in self.members:
+                return em.scalar(x)
+            x = em.part.resolve(x)
+            if x.id in em.part.index_views:     # one element of a slice, say
+                return em.part.read_expr(x, ["0"] * x.ndim, leaf)
+            return leaf(x)
 
         for node in g.nodes:
             if node.kind == "reduce" or node.op in ("broadcast", "reshape"):

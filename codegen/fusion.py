@@ -274,10 +274,9 @@ class Partition:
         return True
 
     def _view_ok(self, node):
-        """Can `node` be an index view? (size > 1: a 1-element view would reach the scalar
-        code; real and integer dtypes, whose zero the pad writes as a literal)"""
-        if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.size > 1
-                and node.dtype.kind in "biuf"):
+        """Can `node` be an index view? (real, integer and boolean dtypes, whose zero a pad
+        writes as a literal)"""
+        if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.dtype.kind in "biuf"):
             return False
         if node.op == "transpose":
             # a matrix transpose only matmuls read is BLAS's strided view already

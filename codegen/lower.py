@@ -146,8 +146,8 @@ class GroupPlan:
 
     def _flat_read_ok(self, x):
         part = self.em.part
-        if part.through_view(x):     # shifted indices need the loop's nested indices
-            return False
+        if part.through_view(x) and part.resolve(x).size != 1:
+            return False            # shifted indices need the loop's nested indices
         src = part.resolve(x)
         if src.size == 1:
             return True

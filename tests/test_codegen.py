@@ -317,3 +317,22 @@ def test_python_entry_compiles_scalar_math():
     np.testing.assert_allclose(dw, dw0, rtol=1e-10, atol=1e-300)
     src = g.lower(w, x).source
     assert "runs as Python" in src and "scalar ops" in src
+
+
+def test_matrix_vector_products_fuse_with_their_neighbours(rng):
+    """X @ w, the loss on it and the gradient X.T @ g: one loop over X's rows, no BLAS call."""
+    X, y = rng.standard_normal((300, 7)), rng.standard_normal(300)
+
+    def loss(w, X, y):
+        z = X @ w[:-1] + w[-1]
+        return np.sum(np.logaddexp(0.0, z) - y * z) + w[:-1] @ w[:-1]
+
+    w = rng.standard_normal(8)
+    f = jg.jit_grad(loss)
+    (v, g), (v0, g0) = f(w, X, y), jg.value_and_grad(loss)(w, X, y)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0, rtol=1e-11)
+    low = f.lower(w, X, y)
+    assert "matmul" not in low.source
+    part = codegen.Partition(low.graph)
+    assert sum(isinstance(s, codegen.Group) and s.shape == (300, 7) for s in part.steps) == 1

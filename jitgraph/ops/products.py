@@ -5,10 +5,10 @@ A contraction is described by labels, one per axis of each operand (as in einsum
 XLA's dot_general, `contract_pair` sorts the labels of two operands into batch labels (in
 both, kept), contracted labels (in both, summed), and each operand's free labels, and
 lowers the product to transposes, reshapes and one (batched) `matmul`, which becomes a BLAS
-call on the CPU. Products with nothing to contract, with nothing free on either side (a
-row-wise dot), or batches of matrix-vector products become a broadcast multiply and a sum,
-which fuse into one loop. Integer and boolean products take that path too (the matmul
-lowerings are floating-point).
+call on the CPU. Products with nothing to contract, or whose result has one row or one
+column (a row-wise dot, a matrix-vector or vector-matrix product, batched or not), become
+a broadcast multiply and a sum, which fuse into one loop. Integer and boolean products
+take that path too (the matmul lowerings are floating-point).
 """
 import builtins
 
@@ -158,7 +158,10 @@ def contract_pair(a, la, b, lb, keep, prefer=()):
     sizes.update(zip(lb, shape_of(b)))
     m, n = _size([sizes[lab] for lab in free_a]), _size([sizes[lab] for lab in free_b])
     dtype = a.dtype
-    if contracted and dtype.kind == "f" and (m > 1 or n > 1) and not (batch and (m == 1 or n == 1)):
+    # a product with a vector side (m or n is 1: matrix-vector, vector-matrix) reads its
+    # matrix once whatever computes it; as a multiply and a sum it is a loop that fuses with
+    # its neighbours (X @ w, the loss on it and X.T @ g: one pass over X's rows)
+    if contracted and dtype.kind == "f" and m > 1 and n > 1:
         ra = [rank[lab] for lab in free_a if lab in rank]
         rb = [rank[lab] for lab in free_b if lab in rank]
         if ra and rb and max(rb) < min(ra):
