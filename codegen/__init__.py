@@ -16,11 +16,25 @@ from .program import Program
 from .pymode import python_kernel
 
 
+VIEW_FUNCTIONS_MAX_RATIO = 2
+
+
 def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     """(partition, source, emitter) for `graph` without compiling anything."""
     part = Partition(graph)
     em = Emitter(graph, part, parallel=parallel, fastmath=fastmath)
     source = em.emit()
+    if em.driver and part.index_views:
+        # A long program's Python entry compiles one function per distinct loop text, which
+        # the layers of a deep network share. Index views write their offsets into that text
+        # (each gate's slice of an unrolled LSTM: 13 functions became 111, and its compile
+        # 5 s became 31 s), so such a program keeps its copies when views would multiply the
+        # functions to compile.
+        plain = Partition(graph, index_views=False)
+        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath)
+        source_plain = em_plain.emit()
+        if len(em.functions) > VIEW_FUNCTIONS_MAX_RATIO * len(em_plain.functions):
+            return plain, source_plain, em_plain
     return part, source, em
 
 

@@ -124,3 +124,26 @@ def test_transposes_read_in_place_unless_a_large_axis_moves_inside():
     # a 600 x 600 transpose read in place would touch 600 cache lines between reuses
     big = jg.make_graph(lambda x: np.sum(np.tanh(x.T) * x))(np.ones((600, 600)))
     assert "step 0: transpose" in codegen.Partition(big).describe()
+
+
+def test_long_programs_keep_shared_loop_functions(rng):
+    """An unrolled recurrence runs as a Python entry whose steps share compiled loops; views
+    would write each gate's offsets into the loops' text and multiply the functions to
+    compile, so such a program keeps its slices as copies."""
+    H, T = 3, 12
+    W, xs = rng.standard_normal((H, 4 * H)) * 0.3, rng.standard_normal((T, 2, 4 * H))
+
+    def loss(W, xs):
+        h = c = np.zeros((2, H))
+        for t in range(T):
+            z = h @ W + xs[t]
+            i, f, o, g = (1 / (1 + np.exp(-z[:, :H])), 1 / (1 + np.exp(-z[:, H:2 * H])),
+                          1 / (1 + np.exp(-z[:, 2 * H:3 * H])), np.tanh(z[:, 3 * H:]))
+            c = f * c + i * g
+            h = o * np.tanh(c)
+        return np.sum(h ** 2)
+
+    graph = jg.make_graph(loss, grad=True)(W, xs)
+    part, source, em = codegen.generate(graph)
+    assert em.driver and not part.index_views
+    _agree(loss, W, xs)
