@@ -22,17 +22,18 @@ earlier step), or a reshape of one that only adds or drops unit dimensions, is
 indexes the stored value directly (broadcast dimensions read index 0), so a
 bias or a scalar is never expanded in memory.
 
-A basic slice, a `pad_slice` (a slice's adjoint: zeros with a slice written) or a
-concatenate whose operands are stored values or other such nodes is an *index
-view*: it too belongs to no step, and a loop that reads it reads the stored
-values at shifted indices (`b[i0, i1 + 1]`, `(a[i0] if i0 < 7 else 0.0)`), so
-stencils, rolls, pads and their adjoints are index arithmetic inside the fused
-loops, never copies. A view that a library op, a graph output or control flow
-needs as an array is materialized by a loop group of its own, placed just
-before that reader.
+A basic slice, a `pad_slice` (a slice's adjoint: zeros with a slice written), a
+concatenate, a transpose (unless only matmuls read it, or it moves a large axis
+inside) or a gather by constant in-range indices is an *index view*: it too
+belongs to no step, and a loop that reads it reads the stored values at shifted
+indices (`b[i0, i1 + 1]`, `(a[i0] if i0 < 7 else 0.0)`, `x[i0 + i2, i1]`), so
+stencils, rolls, pads, windows and their adjoints are index arithmetic inside
+the fused loops, never copies. A view that a library op, a graph output or
+control flow needs as an array is materialized by a loop group of its own,
+placed just before that reader.
 
-Everything else (matmul, transpose, gather, scatter, reshape of a stored value)
-is an `OpStep`. A node may join a group only if every
+Everything else (matmul, the other transposes and gathers, scatter, reshape of a
+stored value) is an `OpStep`. A node may join a group only if every
 value it reads from outside the group is produced by an earlier step, so the
 steps run in list order.
 """
@@ -199,8 +200,8 @@ class Partition:
         return self.index_expr(node, ix, leaf)
 
     def index_expr(self, node, ix, leaf):
-        """The expression for element `ix` of slice, pad_slice or concatenate `node`, read from
-        its operands (see `read_expr`)."""
+        """The expression for element `ix` of index-view op `node` (slice, pad_slice, transpose,
+        gather or concatenate), read from its operands (see `read_expr`)."""
         p = node.p
         if node.op == "slice":
             return self.read_expr(node.inputs[0], [
@@ -275,7 +276,7 @@ class Partition:
 
     def _view_ok(self, node):
         """Can `node` be an index view? (real, integer and boolean dtypes, whose zero a pad
-        writes as a literal)"""
+        writes as a literal) For a gather that can, records its index map in `gather_maps`."""
         if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.dtype.kind in "biuf"):
             return False
         if node.op == "transpose":

@@ -140,15 +140,15 @@ class GroupPlan:
             return False
         if index_sinks and any(s.size != 1 for s in self.sinks):
             return False
-        if any(n.id in self.em.part.index_views or self.is_gather(n) for n in g.nodes):
+        if any(self.is_gather(n) for n in g.nodes):
             return False
         return all(x.id in self.members or self._flat_read_ok(x) for n in g.nodes for x in n.inputs)
 
     def _flat_read_ok(self, x):
         part = self.em.part
-        if part.through_view(x) and part.resolve(x).size != 1:
-            return False            # shifted indices need the loop's nested indices
         src = part.resolve(x)
+        if src.id in part.index_views and src.size != 1:
+            return False            # shifted indices need the loop's nested indices
         if src.size == 1:
             return True
         # the same elements in the same order: only unit reshapes between the group and src

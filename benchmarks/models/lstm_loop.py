@@ -6,7 +6,7 @@ recurrence is written without a scan primitive. Same inputs and loss as lstm_sca
 import numpy as np
 
 from . import jax_numpy
-from .lstm_scan import SIZES, lstm_cell, make_inputs  # noqa: F401  (same model and data)
+from .lstm_scan import SIZES, lstm_cell, lstm_cell_jax, make_inputs  # noqa: F401  (same model and data)
 
 TITLE = "LSTM (Python loop, unrolled), MSE"
 
@@ -26,19 +26,12 @@ def loss(params, xs, targets):
 
 def loss_jax(params, xs, targets):
     jnp = jax_numpy()
-
-    def sig(x):
-        return 1.0 / (1.0 + jnp.exp(-x))
-
     T, batch = xs.shape[0], xs.shape[1]
     hidden = params["Wh"].shape[0]
     h = c = jnp.zeros((batch, hidden))
     hs = []
     for t in range(T):          # unrolled too (JAX has no in-place buffer: a list, then stack)
-        z = xs[t] @ params["Wx"] + h @ params["Wh"] + params["b"]
-        i, f, o, g = jnp.split(z, 4, axis=1)
-        c = sig(f) * c + sig(i) * jnp.tanh(g)
-        h = sig(o) * jnp.tanh(c)
+        h, c = lstm_cell_jax(params, h, c, xs[t])
         hs.append(h)
     ys = jnp.stack(hs) @ params["Wy"] + params["by"]
     return jnp.mean((ys - targets) ** 2)

@@ -42,6 +42,20 @@ def lstm_cell(params, h, c, x):
     return h, c
 
 
+def jax_sigmoid(x):
+    return 1.0 / (1.0 + jax_numpy().exp(-x))
+
+
+def lstm_cell_jax(params, h, c, x):
+    """`lstm_cell` in jax.numpy (for both LSTM programs' JAX versions)."""
+    jnp = jax_numpy()
+    z = x @ params["Wx"] + h @ params["Wh"] + params["b"]
+    i, f, o, g = jnp.split(z, 4, axis=1)
+    c = jax_sigmoid(f) * c + jax_sigmoid(i) * jnp.tanh(g)
+    h = jax_sigmoid(o) * jnp.tanh(c)
+    return h, c
+
+
 def loss(params, xs, targets):
     batch, hidden = xs.shape[1], params["Wh"].shape[0]
     h0 = np.zeros((batch, hidden))
@@ -60,15 +74,8 @@ def loss_jax(params, xs, targets):
     import jax
     jnp = jax_numpy()
 
-    def sig(x):
-        return 1.0 / (1.0 + jnp.exp(-x))
-
     def step(carry, x):
-        h, c = carry
-        z = x @ params["Wx"] + h @ params["Wh"] + params["b"]
-        i, f, o, g = jnp.split(z, 4, axis=1)
-        c = sig(f) * c + sig(i) * jnp.tanh(g)
-        h = sig(o) * jnp.tanh(c)
+        h, c = lstm_cell_jax(params, *carry, x)
         return (h, c), h
 
     batch, hidden = xs.shape[1], params["Wh"].shape[0]
