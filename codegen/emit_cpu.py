@@ -57,8 +57,10 @@ PARALLEL_HEADER = ("_PARALLEL = dict(prange=True, numpy=False, reduction=False, 
 
 
 def uses_threads(source):
-    """Does this generated module have parallel (prange) functions?"""
-    return PARALLEL_HEADER in source and "parallel=_PARALLEL" in source
+    """Does this generated module launch parallel loops: prange functions of its own, or
+    runtime helpers splitting products over Numba's threads?"""
+    return ((PARALLEL_HEADER in source and "parallel=_PARALLEL" in source)
+            or "_rt.matmul2d_par(" in source or "_rt.matmul_batched_par(" in source)
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which

@@ -34,9 +34,10 @@ import numpy as np
 from numba import carray, types
 from numba.core import sigutils
 from numba.core.ccallback import CFunc
-from numba.extending import overload, register_jitable
+from numba.extending import get_cython_function_address, overload, register_jitable
 from numba.np.linalg import _LAPACK, _dummy_liveness_func, ensure_lapack
 
+from .blas import blas_threads_local
 from .build import helpers_cache_dir, private_dir
 from .numba_cache import CheckedCache
 
@@ -209,6 +210,43 @@ def _hermitian_svd(a, vectors):
     return u, s, vh, info
 
 
+# ---- BLAS dtrsm (triangular solves): Numba's np.linalg has none -----------------------------------
+def _register_dtrsm():
+    """Register SciPy's dtrsm as a process-wide symbol (kernels calling it can be cached)."""
+    addr = get_cython_function_address("scipy.linalg.cython_blas", "dtrsm")
+    llvm.add_symbol("jitgraph_dtrsm", addr)
+    return types.ExternalFunction("jitgraph_dtrsm", types.void(*([types.voidptr] * 11)))
+
+
+def trsm(a, x, lower, trans, unit):
+    """x <- op(a)^-1 x in place, for C-ordered float64 a (n, n) and x (n, k): op(a) is a or
+    a^T, a lower or upper triangular, with a unit diagonal if `unit` (not read). Python mode:
+    SciPy's solve_triangular."""
+    from scipy.linalg import solve_triangular
+    x[...] = solve_triangular(a, x, trans=1 if trans else 0, lower=bool(lower), unit_diagonal=bool(unit))
+
+
+if not numba.config.DISABLE_JIT:
+    _DTRSM = _register_dtrsm()
+
+    @overload(trsm)
+    def _trsm_compiled(a, x, lower, trans, unit):
+        def impl(a, x, lower, trans, unit):
+            # Column-major BLAS sees the C-ordered a as a^T and x as x^T: op(a) x = b is
+            # x^T op(a)^T = b^T, a right-side solve with a^T's triangle (the other one).
+            n, k = x.shape
+            if n == 0 or k == 0:
+                return
+            side, uplo = np.full(1, ord("R"), np.uint8), np.full(1, ord("U" if lower else "L"), np.uint8)
+            tra, diag = np.full(1, ord("T" if trans else "N"), np.uint8), np.full(1, ord("U" if unit else "N"), np.uint8)
+            m_, n_ = np.full(1, k, np.int32), np.full(1, n, np.int32)
+            lda, ldb = np.full(1, n, np.int32), np.full(1, k, np.int32)
+            alpha = np.ones(1)
+            _DTRSM(side.ctypes, uplo.ctypes, tra.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, alpha.ctypes,
+                   a.ctypes, lda.ctypes, x.ctypes, ldb.ctypes)
+        return impl
+
+
 # ---- the routines (one stack of matrices each; every array C-ordered) ------------------------------
 @register_jitable
 def solve_core(a, b, x):
@@ -241,6 +279,26 @@ def cholesky_core(a, out):
             ok = False
         if not ok:
             return 1
+    return 0
+
+
+@register_jitable
+def solve_triangular_core(a, b, x, lower, trans, unit):
+    """x = op(a)^-1 b with op(a) = a or a^T (`trans`), a lower or upper triangular; a zero on
+    the diagonal (unless `unit`) is a singular matrix, as for SciPy's solve_triangular."""
+    n = a.shape[1]
+    for i in range(a.shape[0]):
+        ai, bi = np.ascontiguousarray(a[i].astype(np.float64)), b[i].astype(np.float64)
+        if not (_finite(ai) and _finite(bi)):
+            _fill(x[i], np.nan)
+            continue
+        if not unit:
+            for j in range(n):
+                if ai[j, j] == 0.0:
+                    return 1
+        xi = np.ascontiguousarray(bi)
+        trsm(ai, xi, lower, trans, unit)
+        _put(x[i], xi)
     return 0
 
 
@@ -385,44 +443,79 @@ def lstsq_core(a, b, rcond, x, res, rank, s):
 
 # ---- C entry points: pointers and sizes in, a status out ------------------------------------------
 def _solve_c(ap, bp, xp, nb, n, k):
-    return solve_core(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = solve_core(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)))
+    blas_threads_local(prev)
+    return status
 
 
 def _cholesky_c(ap, op, nb, n):
-    return cholesky_core(carray(ap, (nb, n, n)), carray(op, (nb, n, n)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = cholesky_core(carray(ap, (nb, n, n)), carray(op, (nb, n, n)))
+    blas_threads_local(prev)
+    return status
+
+
+def _solve_triangular_c(ap, bp, xp, nb, n, k, lower, trans, unit):
+    prev = blas_threads_local(1)      # see blas.py
+    status = solve_triangular_core(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)),
+                                   lower, trans, unit)
+    blas_threads_local(prev)
+    return status
 
 
 def _slogdet_c(ap, sp, lp, nb, n):
-    return slogdet_core(carray(ap, (nb, n, n)), carray(sp, (nb,)), carray(lp, (nb,)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = slogdet_core(carray(ap, (nb, n, n)), carray(sp, (nb,)), carray(lp, (nb,)))
+    blas_threads_local(prev)
+    return status
 
 
 def _eigh_c(ap, wp, vp, nb, n, lower):
-    return eigh_core(carray(ap, (nb, n, n)), lower, carray(wp, (nb, n)), carray(vp, (nb, n, n)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = eigh_core(carray(ap, (nb, n, n)), lower, carray(wp, (nb, n)), carray(vp, (nb, n, n)))
+    blas_threads_local(prev)
+    return status
 
 
 def _svd_c(ap, up, sp, vp, nb, m, n, full, hermitian):
+    prev = blas_threads_local(1)      # see blas.py
     k = min(m, n)
     um, vn = (m, n) if full else (k, k)
-    return svd_core(carray(ap, (nb, m, n)), full, hermitian, carray(up, (nb, m, um)), carray(sp, (nb, k)),
-                    carray(vp, (nb, vn, n)))
+    status = svd_core(carray(ap, (nb, m, n)), full, hermitian, carray(up, (nb, m, um)), carray(sp, (nb, k)),
+                      carray(vp, (nb, vn, n)))
+    blas_threads_local(prev)
+    return status
 
 
 def _svdvals_c(ap, sp, nb, m, n, hermitian):
-    return svdvals_core(carray(ap, (nb, m, n)), hermitian, carray(sp, (nb, min(m, n))))
+    prev = blas_threads_local(1)      # see blas.py
+    status = svdvals_core(carray(ap, (nb, m, n)), hermitian, carray(sp, (nb, min(m, n))))
+    blas_threads_local(prev)
+    return status
 
 
 def _qr_c(ap, qp, rp, nb, m, n, complete):
+    prev = blas_threads_local(1)      # see blas.py
     mc = m if complete else min(m, n)
-    return qr_core(carray(ap, (nb, m, n)), complete, carray(qp, (nb, m, mc)), carray(rp, (nb, mc, n)))
+    status = qr_core(carray(ap, (nb, m, n)), complete, carray(qp, (nb, m, mc)), carray(rp, (nb, mc, n)))
+    blas_threads_local(prev)
+    return status
 
 
 def _pinv_c(ap, op, nb, m, n, rcond, hermitian):
-    return pinv_core(carray(ap, (nb, m, n)), rcond, hermitian, carray(op, (nb, n, m)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = pinv_core(carray(ap, (nb, m, n)), rcond, hermitian, carray(op, (nb, n, m)))
+    blas_threads_local(prev)
+    return status
 
 
 def _lstsq_c(ap, bp, xp, resp, rankp, sp, m, n, k, nres, rcond):
-    return lstsq_core(carray(ap, (m, n)), carray(bp, (m, k)), rcond, carray(xp, (n, k)), carray(resp, (nres,)),
-                      carray(rankp, (1,)), carray(sp, (min(m, n),)))
+    prev = blas_threads_local(1)      # see blas.py
+    status = lstsq_core(carray(ap, (m, n)), carray(bp, (m, k)), rcond, carray(xp, (n, k)), carray(resp, (nres,)),
+                        carray(rankp, (1,)), carray(sp, (min(m, n),)))
+    blas_threads_local(prev)
+    return status
 
 
 class Routine:
@@ -438,6 +531,7 @@ class Routine:
 ROUTINES = {
     "solve": Routine(_solve_c, "DDDiii", "Singular matrix"),
     "cholesky": Routine(_cholesky_c, "DDii", "Matrix is not positive definite"),
+    "solve_triangular": Routine(_solve_triangular_c, "DDDiiiiii", "singular matrix"),
     "slogdet": Routine(_slogdet_c, "DDDii", None),
     "eigh": Routine(_eigh_c, "DDDiii", "Eigenvalues did not converge"),
     "svd": Routine(_svd_c, "DDDDiiiii", "SVD did not converge"),

@@ -6,19 +6,32 @@ function's lines for one node: BLAS products and precompiled helpers
 subgraph functions for structured control flow.
 """
 from .emit_cpu import OPS
+from .runtime import GEMM_BLOCK_FLOPS, GEMM_BLOCK_ROWS
 from .source import np_dtype
+
+
+def _threaded(em, flops, parts):
+    """Does a parallel build split this product over Numba's threads (runtime.gemm_blocks:
+    `parts` row blocks or batch items)? The helper decides again at run time from the sizes;
+    this only keeps small products' programs free of parallel launches."""
+    return em.parallel and flops >= GEMM_BLOCK_FLOPS and parts >= 2
 
 
 @OPS.register("matmul")
 def _matmul(em, node, v, x):
     S = em.sizes
-    if node.ndim == 2:
-        em.body.append(f"{v} = _rt.matmul2d({x[0]}, {x[1]}, {em.buffer(node)})")
-        return
     a, b = node.inputs
-    nb = S.product(node.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    em.body.append(f"{v} = _rt.matmul_batched({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
+    if node.ndim == 2:
+        par = "_par" if _threaded(em, 2 * m * n * k, m // GEMM_BLOCK_ROWS) else ""
+        em.body.append(f"{v} = _rt.matmul2d{par}({x[0]}, {x[1]}, {em.buffer(node)})")
+        return
+    batch = 1
+    for d in node.shape[:-2]:
+        batch *= d
+    par = "_par" if _threaded(em, 2 * batch * m * n * k, batch) else ""
+    nb = S.product(node.shape[:-2])
+    em.body.append(f"{v} = _rt.matmul_batched{par}({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
                    f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
                    f"{em.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
                    f".reshape({S.shape(node.shape)})")

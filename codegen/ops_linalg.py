@@ -81,6 +81,17 @@ def _solve(em, node, v, x):
     _call(em, "solve", a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1])])
 
 
+@OPS.register("solve_triangular")
+def _solve_triangular(em, node, v, x):
+    a, b = node.inputs
+    nb, n, _ = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    em.body.append(f"{v} = {em.buffer(node)}")
+    p = node.p
+    _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1]), int(p["lower"]),
+                                                           int(p["trans"]), int(p["unit"])])
+
+
 @OPS.register("cholesky")
 def _cholesky(em, node, v, x):
     nb, n, _ = _sizes(em, node.shape)

@@ -11,11 +11,13 @@ import os
 import sys
 import threading
 
+import numba
 import numpy as np
 
 from .api import run_checks
 from .core import Tensor
 from .signature import MISSING, Inline
+from .threads import ThreadPolicy, clock
 from .values import check_array_type
 
 
@@ -77,7 +79,7 @@ class Entry:
     rebuilds the output structure (no generic loops on the hot path: this is
     most of the per-call overhead left after Numba's)."""
 
-    __slots__ = ("lowered", "call", "desc", "guards", "pool", "obufs")
+    __slots__ = ("lowered", "call", "plain", "desc", "guards", "pool", "obufs", "threads")
 
     def __init__(self, lowered, guards, desc, target="cpu", reuse=True):
         graph, prog = lowered.graph, lowered.program
@@ -155,17 +157,34 @@ class Entry:
             call_lines = ["with plock:", f"    r = {call}"]
         else:
             call_lines = [f"r = {call}"]
-        if prog.ws_bytes is not None:
-            lines += ["    try:"] + ["        " + ln for ln in call_lines] + ["    finally:"]
-            lines += ["        pool.append(ws)"] if reuse else ["        pass"]
-        else:
-            lines += ["    " + ln for ln in call_lines]
+        # a signature whose calls run parallel loops times them to choose its thread count
+        self.threads = None
+        if target == "cpu" and prog.threads:
+            numba.get_num_threads()      # starts Numba's threads (a kernel whose only parallel
+            # loops are in runtime helpers would otherwise run them on one thread)
+            self.threads = ThreadPolicy(on_inactive=self._untimed)
+            ns.update(begin=self.threads.begin, end=self.threads.end, clock=clock)
+            timed_lines = (["tok = begin()", "t0 = clock()", "try:"] + ["    " + ln for ln in call_lines]
+                           + ["finally:", "    end(tok, clock() - t0)"])
+        head = lines
+        variants = {}
+        for name, body in (("call", timed_lines if self.threads else None), ("plain", call_lines)):
+            if body is None:
+                continue
+            lines = [f"def {name}(leaves):"] + head[1:]
+            if prog.ws_bytes is not None:
+                lines += ["    try:"] + ["        " + ln for ln in body] + ["    finally:"]
+                lines += ["        pool.append(ws)"] if reuse else ["        pass"]
+            else:
+                lines += ["    " + ln for ln in body]
+            variants[name] = lines
+        tail = []
         checks = graph.meta.get("checks") or []
         n_own = len(graph.outputs) - len(checks)
         if checks:
             # run-time checks (api.run_checks): the values they read are the last outputs
             ns["run_checks"], ns["graph"] = run_checks, graph
-            lines.append("    run_checks(graph, r)")
+            tail.append("    run_checks(graph, r)")
         outs = [f"r[{k}][0]" if n.ndim == 0 else f"r[{k}]" for k, n in enumerate(graph.outputs[:n_own])]
         for k, leaf in enumerate(graph.meta.get("grad_leaves", ())):
             if graph.outputs[1 + k].ndim == 0:
@@ -174,9 +193,15 @@ class Entry:
         order = graph.meta.get("out_order")
         if order is not None:
             outs = [outs[i] for i in order]
-        lines.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs), ns)}")
-        exec("\n".join(lines), ns)
-        self.call = ns["call"]
+        tail.append(f"    return {_build_tree(graph.meta['out_tree'], iter(outs), ns)}")
+        for lines in variants.values():
+            exec("\n".join(lines + tail), ns)
+        self.plain = ns["plain"]
+        self.call = ns["call"] if self.threads else self.plain
+
+    def _untimed(self):
+        """The thread policy stopped measuring (short calls): drop its timing from the calls."""
+        self.call = self.plain
 
 
 def _build_tree(td, outs, ns):

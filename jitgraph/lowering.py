@@ -180,7 +180,7 @@ class _Captured(Exception):
 def _kernel_args(entry, leaves):
     """The arguments the entry passes its kernel for these leaves (from a call of the entry
     with the kernel swapped for a recorder), or None."""
-    ns = entry.call.__globals__
+    ns = entry.plain.__globals__
     kernel = ns.get("kernel")
     got = []
 
@@ -190,7 +190,7 @@ def _kernel_args(entry, leaves):
 
     ns["kernel"] = record
     try:
-        entry.call(leaves)
+        entry.plain(leaves)
     except _Captured:
         pass
     finally:

@@ -506,3 +506,69 @@ def test_long_program_whose_entry_runs_as_python():
     np.testing.assert_allclose(jg.jit(f)(a, x), f(a, x), rtol=1e-10)
     with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
         jg.jit(f)(np.zeros((3, 3)), x)
+
+
+# ---- triangular solves: scipy.linalg's solvers and Cholesky factors --------------------------------
+def _scipy_solvers(a, b):
+    import scipy.linalg as sla
+    s = a @ a.T + 4 * np.eye(4, dtype=a.dtype)
+    return (sla.solve_triangular(a, b), sla.solve_triangular(a, b[:, 0], lower=True, trans="T"),
+            sla.solve_triangular(a, b, trans=2, unit_diagonal=True), sla.cholesky(s),
+            sla.cholesky(s, lower=True), sla.cho_solve(sla.cho_factor(s), b),
+            sla.cho_solve(sla.cho_factor(s, lower=True), b[:, 1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scipy_triangular_and_cholesky_solvers_match_scipy(dtype):
+    a = general((4, 4), dtype)
+    b = RNG.standard_normal((4, 2)).astype(dtype)
+    want = _scipy_solvers(a, b)
+    rtol = 1e-12 if dtype == np.float64 else 2e-5
+    assert_same(traced(_scipy_solvers, a, b), want, rtol)
+    assert_same(eager(_scipy_solvers, a, b), want, rtol)
+    assert_same(jg.jit(_scipy_solvers, backend="python")(a, b), want, rtol)
+    assert_same(jg.jit(_scipy_solvers)(a, b), want, 1e-10 if dtype == np.float64 else 2e-5)
+    ints = np.array([[2, 0], [1, 3]])
+    assert traced(lambda a: __import__("scipy.linalg").linalg.solve_triangular(a, np.ones(2), lower=True),
+                  ints).dtype == np.float64
+
+
+def test_scipy_solver_errors_match_scipy():
+    import scipy.linalg as sla
+    singular = np.array([[1.0, 0.0], [2.0, 0.0]])
+    with pytest.raises(np.linalg.LinAlgError, match="singular matrix"):
+        jg.value_and_grad(lambda a: np.sum(sla.solve_triangular(a, np.ones(2), lower=True)))(singular)
+    with pytest.raises(np.linalg.LinAlgError, match="singular matrix"):
+        jg.jit(lambda a: sla.solve_triangular(a, np.ones(2), lower=True))(singular)
+    for bad, msg in [((np.ones((2, 3)), np.ones(2)), "expected square matrix"),
+                     ((np.eye(3), np.ones(2)), "incompatible")]:
+        with pytest.raises(ValueError, match=msg):
+            sla.solve_triangular(*bad)
+        with pytest.raises(ValueError, match=msg):
+            jg.make_graph(lambda a, b: sla.solve_triangular(a, b))(*bad)
+    with pytest.raises(ValueError, match="trans"):
+        jg.make_graph(lambda a, b: sla.solve_triangular(a, b, trans="X"))(np.eye(2), np.ones(2))
+
+
+def test_solves_by_cholesky_factors_are_triangular():
+    """np.linalg.solve by L or L^T (and inv(L)) runs triangular solves, forward and backward: no
+    LU factorization is left in the program, and the cholesky adjoint needs none either."""
+    a, y = spd(5), RNG.standard_normal(5)
+
+    def gp(a, y):
+        L = np.linalg.cholesky(a)
+        alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
+        return 0.5 * y @ alpha + np.sum(np.log(np.diag(L))) + np.sum(np.linalg.inv(L))
+
+    g = jg.make_graph(gp, argnums=(0, 1), grad=True)(a, y)
+    ops = [n.op for n in g.nodes]
+    assert "solve" not in ops and ops.count("solve_triangular") >= 5
+    v_ref, g_ref = jg.value_and_grad(gp, (0, 1))(a, y)
+    np.testing.assert_allclose(v_ref, gp(a, y), rtol=1e-12)
+    want_y = np.linalg.solve(a, y)              # d/dy of y^T a^-1 y / 2
+    np.testing.assert_allclose(g_ref[1], want_y, rtol=1e-10)
+    v, gr = jg.jit_grad(gp, argnums=(0, 1))(a, y)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    for x, w in zip(gr, g_ref):
+        np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
+    assert np.all(np.triu(gr[0], 1) == 0)       # cholesky reads the lower triangle

@@ -7,6 +7,7 @@ one. Functions of eigenvectors and singular vectors are written sign-invariantly
 u diag(s) vh), as their signs are a convention of the LAPACK build.
 """
 import numpy as np
+import scipy.linalg as sla
 
 from . import op
 
@@ -49,6 +50,22 @@ op("linalg.cholesky", lambda a: np.linalg.cholesky(spd(a)), *SQ)
 op("linalg.cholesky-upper", lambda a: np.linalg.cholesky(spd(a), upper=True), ((3, 3),), ((2, 3, 3),))
 op("linalg.cholesky-lower-read", lambda a: np.linalg.cholesky(upper_noise(a)), ((3, 3),))
 op("linalg.cholesky-solve", lambda a, b: np.linalg.solve(np.linalg.cholesky(spd(a)), b), ((4, 4), (4, 2)))
+# a solve by a Cholesky factor or its transpose is a triangular solve (rewritten when traced)
+op("linalg.cholesky-solve-T", lambda a, b: np.linalg.solve(np.swapaxes(np.linalg.cholesky(spd(a)), -1, -2), b),
+   ((4, 4), (4, 2)), ((2, 3, 3), (2, 3, 1)))
+op("linalg.cholesky-inv", lambda a: np.linalg.inv(np.linalg.cholesky(spd(a))), ((3, 3),))
+
+# scipy.linalg's triangular and Cholesky solvers (called through the module, as jitgraph wraps them)
+op("scipy.linalg.solve_triangular", lambda a, b: sla.solve_triangular(wc(a), b), ((3, 3), (3, 2)))
+op("scipy.linalg.solve_triangular-lower-T", lambda a, b: sla.solve_triangular(wc(a), b, trans="T", lower=True),
+   ((4, 4), (4,)))
+op("scipy.linalg.solve_triangular-unit", lambda a, b: sla.solve_triangular(a, b, trans=1, lower=True,
+                                                                         unit_diagonal=True), ((3, 3), (3, 2)))
+op("scipy.linalg.cholesky", lambda a: sla.cholesky(spd(a)), ((3, 3),))
+op("scipy.linalg.cholesky-lower", lambda a: sla.cholesky(upper_noise(a), lower=True), ((3, 3),))
+op("scipy.linalg.cho_solve", lambda a, b: sla.cho_solve(sla.cho_factor(spd(a)), b), ((4, 4), (4, 2)))
+op("scipy.linalg.cho_solve-lower", lambda a, b: sla.cho_solve(sla.cho_factor(spd(a), lower=True), b),
+   ((3, 3), (3,)))
 
 # symmetric eigendecomposition
 op("linalg.eigh-w", lambda a: np.linalg.eigh(spd(a))[0], *SQ)

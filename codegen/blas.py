@@ -1,0 +1,158 @@
+"""The BLAS thread count inside compiled kernels: one, so that jitgraph's own threads share the work.
+
+A kernel's products and LAPACK routines call SciPy's OpenBLAS (Numba's np.dot and np.linalg do).
+Left to OpenBLAS's own threads they (1) changed results with the thread count (a 300 x 300
+weight gradient differed in its last bits between 1 and 2 threads), and (2) fell off a cliff
+when another process kept a core busy: OpenBLAS's threads spin, then wait for each other, so a
+20000 x 100 matrix-vector product took 8.0 ms on 2 threads and 0.54 ms on 1, and the GP
+benchmark 54 ms against 34 ms. So kernels run BLAS on one thread per calling thread, and large
+products are split into row blocks that run on Numba's threads (`runtime.matmul2d_par`): the
+blocks depend on the sizes only, so results do not depend on the thread count, and Numba's
+threads follow the thread policy of jitgraph/threads.py.
+
+`blas_threads_local(n)` sets the BLAS thread count to `n` and returns the previous one, in
+compiled code: OpenBLAS's `openblas_set_num_threads_local` (0.3.27 and later; in a pthreads
+build it sets the process-wide count, like the get/set pair used without it), or nothing
+where neither exists (the BLAS keeps its own threading). Callers set it on the calling
+thread around a whole parallel region, never in its workers (whose set/restore pairs would
+race), and hold the GIL meanwhile (kernels do not release it), so two kernels never
+interleave their changes. It is an external symbol, so the helpers and kernels calling it
+can be cached: the symbol is registered at import, before any of them loads.
+"""
+import ctypes
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from numba import types
+from numba.extending import get_cython_function_address, overload
+
+SYMBOL = "jitgraph_blas_threads_local"
+_KEEP = []          # ctypes and cfunc objects whose addresses are registered
+
+
+def _blas_library():
+    """A handle searching SciPy's BLAS (the library that Numba's np.dot calls), or None."""
+    try:
+        import scipy.linalg.cython_blas as cython_blas
+        return ctypes.CDLL(cython_blas.__file__)
+    except (ImportError, OSError):
+        return None
+
+
+def _address(lib, names):
+    for name in names:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            continue
+        _KEEP.append(fn)
+        return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
+
+
+def _register():
+    """Register SYMBOL; returns how: "local", "global" or "none"."""
+    lib = _blas_library()
+    local = _address(lib, ["openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local"]) \
+        if lib is not None else None
+    if local is not None:
+        llvm.add_symbol(SYMBOL, local)
+        return "local"
+    get = set_ = None
+    if lib is not None:
+        for prefix in ("scipy_openblas", "openblas", "scipy_openblas64_", "openblas64_"):
+            get = _address(lib, [f"{prefix}_get_num_threads"])
+            set_ = _address(lib, [f"{prefix}_set_num_threads"])
+            if get is not None and set_ is not None:
+                break
+    if get is not None and set_ is not None:
+        llvm.add_symbol("jitgraph_blas_get_threads", get)
+        llvm.add_symbol("jitgraph_blas_set_threads", set_)
+        get_fn = types.ExternalFunction("jitgraph_blas_get_threads", types.intc())
+        set_fn = types.ExternalFunction("jitgraph_blas_set_threads", types.void(types.intc))
+
+        def swap(n):
+            prev = get_fn()
+            set_fn(n)
+            return prev
+        how = "global"
+    else:
+        def swap(n):
+            return n
+        how = "none"
+    cf = numba.cfunc(types.intc(types.intc))(swap)
+    _KEEP.append(cf)
+    llvm.add_symbol(SYMBOL, cf.address)
+    return how
+
+
+def blas_threads_local(n):
+    """Set the calling thread's BLAS thread count to `n` in compiled code; returns the previous
+    count. Interpreted code (Python mode, NUMBA_DISABLE_JIT) leaves the BLAS as it is."""
+    return n
+
+
+def gemm_rows(a, b, out, r0, r1):
+    """out[r0:r1] = a[r0:r1] @ b for 2-D float arrays of one dtype (out C-ordered). Compiled,
+    one BLAS gemm call on the arrays as they are laid out, C- or F-ordered (a transposed
+    view): no copy, no allocation. Interpreted: NumPy."""
+    np.dot(a[r0:r1], b, out[r0:r1])
+
+
+def _layout(x, isz):
+    """(op, leading dimension) of x for column-major BLAS, or (0, 0) when x is neither C- nor
+    F-ordered: a C-ordered x is x^T to BLAS ('N' of x^T), an F-ordered one x ('T')."""
+    rows, cols = x.shape
+    if x.strides[1] == isz and (rows <= 1 or x.strides[0] >= cols * isz):
+        return ord("N"), max(1, x.strides[0] // isz if rows > 1 else cols)
+    if x.strides[0] == isz and (cols <= 1 or x.strides[1] >= rows * isz):
+        return ord("T"), max(1, x.strides[1] // isz if cols > 1 else rows)
+    return 0, 0
+
+
+if numba.config.DISABLE_JIT:
+    MODE = "none"
+else:
+    MODE = _register()
+    _EXTERNAL = types.ExternalFunction(SYMBOL, types.intc(types.intc))
+    _GEMM_SIG = types.void(*([types.voidptr] * 13))
+    _GEMM = {}
+    for _name, _dt in (("dgemm", types.float64), ("sgemm", types.float32)):
+        llvm.add_symbol(f"jitgraph_{_name}", get_cython_function_address("scipy.linalg.cython_blas", _name))
+        _GEMM[_dt] = types.ExternalFunction(f"jitgraph_{_name}", _GEMM_SIG)
+
+    @overload(blas_threads_local)
+    def _blas_threads_local_compiled(n):
+        def impl(n):
+            return _EXTERNAL(n)
+        return impl
+
+    _layout_jit = numba.njit(_layout)
+
+    @overload(gemm_rows)
+    def _gemm_rows_compiled(a, b, out, r0, r1):
+        fn = _GEMM.get(a.dtype)
+        if fn is None or b.dtype != a.dtype or out.dtype != a.dtype:
+            return None
+
+        def impl(a, b, out, r0, r1):
+            # out^T = b^T a^T in column-major terms: C' (n x mb) = op(b) (n x k) op(a) (k x mb)
+            av, ov = a[r0:r1], out[r0:r1]
+            mb, k, n = av.shape[0], av.shape[1], b.shape[1]
+            if mb == 0 or n == 0:
+                return
+            isz = av.itemsize
+            opa, lda = _layout_jit(av, isz)
+            opb, ldb = _layout_jit(b, isz)
+            if opa == 0 or opb == 0 or k == 0 or ov.strides[1] != isz:
+                np.dot(np.ascontiguousarray(av), np.ascontiguousarray(b), ov)
+                return
+            ta, tb = np.full(1, opb, np.uint8), np.full(1, opa, np.uint8)
+            m_, n_, k_ = np.full(1, n, np.int32), np.full(1, mb, np.int32), np.full(1, k, np.int32)
+            lda_, ldb_ = np.full(1, ldb, np.int32), np.full(1, lda, np.int32)
+            ldc_ = np.full(1, max(1, ov.strides[0] // isz if mb > 1 else n), np.int32)
+            alpha, beta = np.ones(1, av.dtype), np.zeros(1, av.dtype)
+            fn(ta.ctypes, tb.ctypes, m_.ctypes, n_.ctypes, k_.ctypes, alpha.ctypes, b.ctypes, lda_.ctypes,
+               av.ctypes, ldb_.ctypes, beta.ctypes, ov.ctypes, ldc_.ctypes)
+        return impl

@@ -1,0 +1,184 @@
+"""The thread policy of compiled calls (jitgraph/threads.py): the choice between all threads and
+one, followed as the load changes, and never changing results."""
+import numba
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph import threads
+from jitgraph.threads import ALL, ONE, ThreadPolicy
+
+pytestmark = pytest.mark.xdist_group("threads")
+
+
+def run(policy, cost, calls):
+    """Make `calls` calls whose time in each mode is cost(mode) seconds; the modes used."""
+    modes = []
+    for _ in range(calls):
+        token = policy.begin()
+        modes.append(token[0])
+        policy.end(token, cost(token[0]))
+    return modes
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    """No load hint: the first calls run on all threads."""
+    monkeypatch.setattr(threads, "_no_idle_core", lambda: False)
+
+
+def test_chooses_the_faster_mode_and_follows_a_load(quiet):
+    p = ThreadPolicy(name="adaptive")
+    load = [False]
+
+    def cost(mode):
+        if mode == ALL:
+            return 0.040 if load[0] else 0.010
+        return 0.016
+
+    modes = run(p, cost, 40)
+    assert p.mode == ALL and not p.exploring()
+    assert modes[:9] == [ALL] * 9 and modes[9:15] == [ONE] * 6     # warm calls, then two runs
+    assert modes[15:].count(ALL) >= len(modes[15:]) - PROBE_LEN     # at most one probe
+    load[0] = True
+    modes = run(p, cost, 60)
+    assert p.mode == ONE
+    assert modes[:20].count(ONE) >= PROBE_LEN                       # found within 20 calls
+    assert modes[-30:].count(ONE) >= 30 - PROBE_LEN
+    load[0] = False
+    modes = run(p, cost, 60)
+    assert p.mode == ALL and modes[-30:].count(ALL) >= 30 - PROBE_LEN
+    assert p.switches == 2
+
+
+PROBE_LEN = threads.PROBE
+
+
+def test_losing_probes_grow_rarer(quiet):
+    p = ThreadPolicy(name="adaptive")
+    modes = run(p, lambda m: 0.010 if m == ALL else 0.015, 400)
+    probes = [i for i in range(1, 400) if modes[i] == ONE and modes[i - 1] == ALL]
+    gaps = np.diff(probes)
+    assert p.mode == ALL and p.switches == 0
+    assert list(gaps) == sorted(gaps) and gaps[-1] > 4 * gaps[0]
+    assert modes[15:].count(ONE) < 0.15 * len(modes[15:])
+
+
+def test_a_far_slower_probe_stops_after_settling(quiet):
+    p = ThreadPolicy(name="adaptive")
+    modes = run(p, lambda m: 0.100 if m == ALL else 0.010, 120)
+    assert p.mode == ONE
+    later = modes[30:]
+    runs = [len(r) for r in "".join("AO"[m] for m in later).split("O") if r]
+    assert runs and max(runs) == threads.SETTLE
+
+
+def test_load_hint_orders_the_first_calls(monkeypatch):
+    monkeypatch.setattr(threads, "_no_idle_core", lambda: True)
+    p = ThreadPolicy(name="adaptive")
+    modes = run(p, lambda m: 0.010, 9)
+    assert modes == [ONE] * 9
+
+
+def test_short_calls_stop_measuring(quiet):
+    stopped = []
+    p = ThreadPolicy(name="adaptive", on_inactive=lambda: stopped.append(1))
+    run(p, lambda m: 20e-6, 30)
+    assert stopped == [1] and not p.active and p.mode == ALL
+    assert p.describe().startswith("default threads")
+
+
+def test_fixed_policies():
+    assert set(run(ThreadPolicy(name="one"), lambda m: 0.01, 20)) == {ONE}
+    assert set(run(ThreadPolicy(name="all"), lambda m: 0.01, 20)) == {ALL}
+
+
+def test_policy_name_from_environment(monkeypatch):
+    monkeypatch.setenv("JITGRAPH_THREADS", "One")
+    assert threads.policy_name() == "one"
+    monkeypatch.setenv("JITGRAPH_THREADS", "sometimes")
+    with pytest.raises(ValueError, match="JITGRAPH_THREADS"):
+        threads.policy_name()
+
+
+def test_one_thread_mode_sets_and_restores_numba_threads():
+    before = numba.get_num_threads()
+    p = ThreadPolicy(name="one")
+    token = p.begin()
+    assert numba.get_num_threads() == 1
+    p.end(token, 0.01)
+    assert numba.get_num_threads() == before
+
+
+def test_products_split_into_the_same_blocks_on_any_thread_count():
+    """Row blocks on Numba's threads, BLAS on one thread each: the serial and the parallel
+    helpers give the same bits, for C and F (transposed) operands, odd layouts and batches,
+    and the process's BLAS thread count is left as it was."""
+    from threadpoolctl import threadpool_info
+    from jitgraph.codegen import blas, runtime
+    assert blas.MODE in ("local", "global", "none")
+    before = [d["num_threads"] for d in threadpool_info()]
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 150))
+    assert runtime.gemm_blocks(300, 150, 200) == 4
+    for x in (a, np.asfortranarray(a)):
+        serial, par = np.empty((300, 150)), np.empty((300, 150))
+        runtime.matmul2d(x, b, serial)
+        runtime.matmul2d_par(x, b, par)
+        assert np.array_equal(serial, par)
+        np.testing.assert_allclose(serial, a @ b, rtol=1e-12, atol=1e-12)
+    # one BLAS call on the operands as laid out: F-ordered b, float32, a strided operand
+    # (neither C- nor F-ordered: copied), blocks of one row, an empty inner dimension
+    for x, y in [(a, np.asfortranarray(b)), (a.astype(np.float32), b.astype(np.float32)),
+                 (a[:, ::2], b[::2]), (a[:1], b), (a[:, :0], b[:0])]:
+        serial, par = np.empty((x.shape[0], y.shape[1]), x.dtype), np.empty((x.shape[0], y.shape[1]), x.dtype)
+        runtime.matmul2d(x, y, serial)
+        runtime.matmul2d_par(x, y, par)
+        assert np.array_equal(serial, par)
+        tol = 1e-12 if x.dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(serial, x.astype(np.float64) @ y, rtol=tol, atol=tol * 10)
+    xa, xb = rng.standard_normal((6, 100, 120)), rng.standard_normal((6, 120, 140))
+    serial, par = np.empty((6, 100, 140)), np.empty((6, 100, 140))
+    runtime.matmul_batched(xa, xb, serial)
+    runtime.matmul_batched_par(xa, xb, par)
+    assert np.array_equal(serial, par)
+    np.testing.assert_allclose(serial, xa @ xb, rtol=1e-12, atol=1e-12)
+    assert [d["num_threads"] for d in threadpool_info()] == before
+
+
+def layer_loss(params, x):
+    w, b = params
+    return np.sum(np.tanh(x @ w + b) ** 2)
+
+
+def layer_args(n):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((n, n)) / n, rng.standard_normal(n)), rng.standard_normal((n, n))
+
+
+@pytest.mark.parametrize("name", ["one", "all", "adaptive"])
+def test_results_do_not_depend_on_the_mode(monkeypatch, name):
+    """Every mode gives the same bits (chunk counts depend on sizes, not threads): a product
+    on BLAS and a parallel loop (300 x 300 points), 18 calls (adaptive: both modes)."""
+    monkeypatch.setenv("JITGRAPH_THREADS", name)
+    args = layer_args(300)
+    f = jg.jit_grad(layer_loss, wait=True)
+    outs = [f(*args) for _ in range(18)]
+    entry = next(iter(f._entries.values()))
+    assert entry.threads is not None and entry.lowered.program.threads
+    if name == "adaptive":
+        assert not entry.threads.exploring() and entry.threads.times[ONE] and entry.threads.times[ALL]
+        entry.threads.deactivate()              # as for calls under 0.2 ms: no timing left
+        assert entry.call is entry.plain and entry.threads.describe().startswith("default")
+    for v, (gw, gb) in outs:
+        assert v == outs[0][0] and np.array_equal(gw, outs[0][1][0]) and np.array_equal(gb, outs[0][1][1])
+    ref = jg.value_and_grad(layer_loss)(*args)
+    np.testing.assert_allclose(outs[0][0], ref[0], rtol=1e-12)
+    np.testing.assert_allclose(outs[0][1][0], ref[1][0], rtol=1e-10, atol=1e-12)
+
+
+def test_programs_without_parallel_loops_have_no_policy():
+    f = jg.jit_grad(layer_loss, wait=True)           # a small product: one BLAS call
+    f(*layer_args(8))
+    entry = next(iter(f._entries.values()))
+    assert entry.threads is None and entry.call is entry.plain
