@@ -37,6 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (the package benchmarks/models/, not this file)
 
 BUDGET = 3.0      # seconds of timed calls per measurement; slow ones get fewer repeats (>= 3)
+# untimed calls before jit_grad's and JAX's: on this virtual machine the first 5-8 calls on
+# both cores ran up to 1.9x slower than later ones (an idle virtual CPU warming up), for both
+WARM = 10
 
 
 def static_argnums(mod):
@@ -72,7 +75,7 @@ def time_jitgraph(name, size, reps, seed=0):
         # jit_grad before NumPy and eager: after a NumPy product, NumPy's OpenBLAS threads spin
         # for about 0.1 s and take a core (the MLP's first compiled calls after its NumPy
         # forward took 23-32 ms against 12.5 ms later)
-        row["jit_grad"] = median_time(lambda: f(*args), reps, budget=BUDGET) * 1e3
+        row["jit_grad"] = median_time(lambda: f(*args), reps, warm=WARM, budget=BUDGET) * 1e3
         row["numpy"] = median_time(lambda: mod.loss(*args), reps, budget=BUDGET) * 1e3
         row["eager"] = median_time(lambda: eager(*args), reps, warm=1, budget=BUDGET) * 1e3
     except Exception as e:       # a benchmark reports failures, it does not stop at them
@@ -91,7 +94,8 @@ def time_jax(row, size, reps, seed=0):
         t0 = time.perf_counter()
         jax.block_until_ready(jf(*args))
         row["jax_first_s"] = time.perf_counter() - t0
-        row["jax"] = median_time(lambda: jax.block_until_ready(jf(*args)), reps, budget=BUDGET) * 1e3
+        row["jax"] = median_time(lambda: jax.block_until_ready(jf(*args)), reps, warm=WARM,
+                                 budget=BUDGET) * 1e3
     except Exception as e:
         row["jax_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
 

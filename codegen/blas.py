@@ -1,4 +1,4 @@
-"""The BLAS thread count inside compiled kernels: one, so that jitgraph's own threads share the work.
+"""BLAS inside compiled kernels: one thread, so that jitgraph's own threads share the work.
 
 A kernel's products and LAPACK routines call SciPy's OpenBLAS (Numba's np.dot and np.linalg do).
 Left to OpenBLAS's own threads they (1) changed results with the thread count (a 300 x 300
@@ -18,6 +18,10 @@ thread around a whole parallel region, never in its workers (whose set/restore p
 race), and hold the GIL meanwhile (kernels do not release it), so two kernels never
 interleave their changes. It is an external symbol, so the helpers and kernels calling it
 can be cached: the symbol is registered at import, before any of them loads.
+
+`gemm_rows(a, b, out, r0, r1)` is one dgemm/sgemm call (SciPy's, by the same kind of symbol)
+on a row block, reading C- or F-ordered operands in place through BLAS's leading dimensions:
+Numba's np.dot copies a strided operand (a row block of a transposed matrix) on every call.
 """
 import ctypes
 

@@ -2,13 +2,13 @@
 
 Inside kernels all parallel work runs on Numba's threads: the fused loops' chunks and, since
 BLAS runs one thread per calling thread there (codegen/blas.py), the row blocks of large
-products. On a quiet machine all threads are fastest (the MLP benchmark on 2 cores: 13 ms,
-against 21 ms on one). When another process keeps a core busy, a chunk that must run there
-waits for the scheduler, and the call with it (the transformer benchmark: 32 ms on all
-threads, 20 ms on one). Neither fixed choice is right on a shared machine, so each compiled
-signature times its calls in both modes, keeps the faster, and probes the other now and then
-(at once when its own calls speed up or slow down), so a load that comes or goes is followed
-within a few calls.
+products. On a quiet machine all threads are fastest (the MLP benchmark on 2 cores: 12.5 ms,
+against 23 ms on one). When another process keeps a core busy, the chunks that must run there
+wait for the scheduler and the call with them, so all threads gain little and can lose: with
+a busy loop on one of 2 cores, the transformer benchmark took 26.0 ms on all threads and
+22.4 ms with this policy, the conv net 10.0 and 11.1 ms. So each compiled signature times its
+calls, keeps the faster mode, and probes the other now and then (at once when its own calls
+speed up or slow down), so a load that comes or goes is followed within a few calls.
 
 The mode changes thread counts only: parallel loops and products split their work into
 pieces that depend on the sizes alone, so results are the same bits in both modes.
@@ -24,7 +24,7 @@ import numba
 ALL, ONE = 0, 1
 MIN_CALL = 200e-6     # calls faster than this keep all threads: timing and switching cost ~2 us
 WARM = 3              # first calls not timed: page faults, thread pools starting, lazy loads
-EXPLORE = 6           # calls run in each mode before the first choice
+EXPLORE = 6           # timed calls in the first mode before its pace counts
 SETTLE = 2            # first calls after a change of mode, not counted (threads waking, moving)
 RING = 5              # recent call times kept per mode
 PROBE = 6             # calls of a probe of the other mode
@@ -83,20 +83,19 @@ class ThreadPolicy:
     and learns from the call's time.
 
     The first 3 calls are not timed (page faults, thread pools starting: the first calls of
-    the transformer benchmark took 498, 50 and 87 ms, then 15); each runs on one thread
-    if /proc/loadavg showed no idle core at most of them so far. The next 6 calls run in the
-    mode the last warm call ran in, the 6 after them in the other, and the faster wins
-    (so a benchmark's first few timed calls run in the likely mode). Runs of calls, not alternate calls, and the first
-    2 calls of a run not counted: threads that a change of mode put to sleep or moved take
-    a few calls to settle (alternate calls made all-thread calls 1.6x slower than a run).
+    the transformer benchmark took 498, 50 and 87 ms, then 15); each runs on one thread if
+    /proc/loadavg showed no idle core at most of them so far, and the mode of the last one
+    stays for the next 6 and 16 more; the other mode's first probe follows (late enough that
+    a benchmark's first timed calls all run in the likely mode).
+
     Every `interval` calls the other mode runs a probe of 6 calls (2 if both are 3x slower)
     and takes over if its fastest settled call is 10% faster than the current mode's fastest
     recent one (fastest, not median: host noise made probe medians miss a 1.6x gap); the
     interval doubles (to 512) while probes lose and restarts at 16 after a switch. From the
     7th call after a probe, a median of the last 5 calls 40% above or below the mode's pace
     (that median at the 7th call after the probe before, or after a switch) starts a probe
-    at once. Signatures whose calls take
-    under 0.2 ms stop measuring (`active` False) and keep the default counts."""
+    at once. Signatures whose calls take under 0.2 ms stop measuring (`active` False) and
+    keep the default count."""
 
     __slots__ = ("fixed", "active", "mode", "calls", "times", "base",
                  "interval", "countdown", "probing", "switches", "busy", "on_inactive")
@@ -121,11 +120,11 @@ class ThreadPolicy:
     def begin(self):
         if self.fixed:
             mode = self.mode
-        elif self.base is None:            # exploring: a run of calls in each mode
+        elif self.base is None:            # the first calls: the mode the load suggests
             if self.calls < WARM:
                 self.busy += _no_idle_core()
                 self.mode = ONE if 2 * self.busy > self.calls + 1 else ALL
-            mode = self.mode if self.calls < WARM + EXPLORE else 1 - self.mode
+            mode = self.mode
         elif self.probing:
             mode = 1 - self.mode
         else:
@@ -144,14 +143,11 @@ class ThreadPolicy:
         if len(ring) > RING:
             del ring[0]
         if self.base is None:
-            if self.calls == WARM + 2 * EXPLORE:
-                # each run's calls after its first SETTLE (the warm calls ran the first mode)
-                settled = {m: self.times[m][-(EXPLORE - SETTLE):] for m in (ALL, ONE)}
-                best = min(settled, key=lambda m: min(settled[m]))
-                if min(settled[best]) < MIN_CALL:
+            if self.calls == WARM + EXPLORE:
+                if min(ring) < MIN_CALL:
                     self.deactivate()
                     return
-                self._choose(best)
+                self._choose(mode)         # the other mode's first probe comes INTERVAL_FIRST later
             return
         if self.probing:
             self.probing -= 1

@@ -38,8 +38,9 @@ def test_chooses_the_faster_mode_and_follows_a_load(quiet):
 
     modes = run(p, cost, 40)
     assert p.mode == ALL and not p.exploring()
-    assert modes[:9] == [ALL] * 9 and modes[9:15] == [ONE] * 6     # warm calls, then two runs
-    assert modes[15:].count(ALL) >= len(modes[15:]) - PROBE_LEN     # at most one probe
+    first = threads.WARM + threads.EXPLORE + threads.INTERVAL_FIRST
+    assert modes[:first] == [ALL] * first                            # the first probe comes late
+    assert modes[first:first + PROBE_LEN] == [ONE] * PROBE_LEN and modes[first + PROBE_LEN:].count(ONE) == 0
     load[0] = True
     modes = run(p, cost, 60)
     assert p.mode == ONE
@@ -56,19 +57,19 @@ PROBE_LEN = threads.PROBE
 
 def test_losing_probes_grow_rarer(quiet):
     p = ThreadPolicy(name="adaptive")
-    modes = run(p, lambda m: 0.010 if m == ALL else 0.015, 400)
-    probes = [i for i in range(1, 400) if modes[i] == ONE and modes[i - 1] == ALL]
+    modes = run(p, lambda m: 0.010 if m == ALL else 0.015, 1000)
+    probes = [i for i in range(1, 1000) if modes[i] == ONE and modes[i - 1] == ALL]
     gaps = np.diff(probes)
     assert p.mode == ALL and p.switches == 0
     assert list(gaps) == sorted(gaps) and gaps[-1] > 4 * gaps[0]
-    assert modes[15:].count(ONE) < 0.15 * len(modes[15:])
+    assert modes.count(ONE) < 0.05 * len(modes)
 
 
 def test_a_far_slower_probe_stops_after_settling(quiet):
     p = ThreadPolicy(name="adaptive")
-    modes = run(p, lambda m: 0.100 if m == ALL else 0.010, 120)
-    assert p.mode == ONE
-    later = modes[30:]
+    modes = run(p, lambda m: 0.100 if m == ALL else 0.010, 160)
+    assert p.mode == ONE and p.switches == 1
+    later = modes[60:]
     runs = [len(r) for r in "".join("AO"[m] for m in later).split("O") if r]
     assert runs and max(runs) == threads.SETTLE
 
@@ -76,8 +77,8 @@ def test_a_far_slower_probe_stops_after_settling(quiet):
 def test_load_hint_orders_the_first_calls(monkeypatch):
     monkeypatch.setattr(threads, "_no_idle_core", lambda: True)
     p = ThreadPolicy(name="adaptive")
-    modes = run(p, lambda m: 0.010, 9)
-    assert modes == [ONE] * 9
+    modes = run(p, lambda m: 0.010, 30)
+    assert modes == [ONE] * 25 + [ALL] * 5        # then the first probe of all threads
 
 
 def test_short_calls_stop_measuring(quiet):
@@ -159,11 +160,11 @@ def layer_args(n):
 @pytest.mark.parametrize("name", ["one", "all", "adaptive"])
 def test_results_do_not_depend_on_the_mode(monkeypatch, name):
     """Every mode gives the same bits (chunk counts depend on sizes, not threads): a product
-    on BLAS and a parallel loop (300 x 300 points), 18 calls (adaptive: both modes)."""
+    on BLAS and a parallel loop (300 x 300 points), 32 calls (adaptive: both modes)."""
     monkeypatch.setenv("JITGRAPH_THREADS", name)
     args = layer_args(300)
     f = jg.jit_grad(layer_loss, wait=True)
-    outs = [f(*args) for _ in range(18)]
+    outs = [f(*args) for _ in range(32)]
     entry = next(iter(f._entries.values()))
     assert entry.threads is not None and entry.lowered.program.threads
     if name == "adaptive":
