@@ -134,6 +134,17 @@ else:
 
     _layout_jit = numba.njit(_layout)
 
+    @numba.njit
+    def _naive(av, b, ov):
+        """ov = av @ b by loops: operands BLAS cannot read in place (never made by jitgraph's
+        kernels; a copy-and-call path compiled for several seconds per layout)."""
+        for i in range(av.shape[0]):
+            for j in range(b.shape[1]):
+                acc = av[i, 0] * 0
+                for p in range(av.shape[1]):
+                    acc += av[i, p] * b[p, j]
+                ov[i, j] = acc
+
     @overload(gemm_rows)
     def _gemm_rows_compiled(a, b, out, r0, r1):
         fn = _GEMM.get(a.dtype)
@@ -149,14 +160,17 @@ else:
             isz = av.itemsize
             opa, lda = _layout_jit(av, isz)
             opb, ldb = _layout_jit(b, isz)
-            if opa == 0 or opb == 0 or k == 0 or ov.strides[1] != isz:
-                np.dot(np.ascontiguousarray(av), np.ascontiguousarray(b), ov)
+            if k == 0 or opa == 0 or opb == 0 or ov.strides[1] != isz or (mb > 1 and ov.strides[0] < n * isz):
+                _naive(av, b, ov)
                 return
-            ta, tb = np.full(1, opb, np.uint8), np.full(1, opa, np.uint8)
-            m_, n_, k_ = np.full(1, n, np.int32), np.full(1, mb, np.int32), np.full(1, k, np.int32)
-            lda_, ldb_ = np.full(1, ldb, np.int32), np.full(1, lda, np.int32)
-            ldc_ = np.full(1, max(1, ov.strides[0] // isz if mb > 1 else n), np.int32)
-            alpha, beta = np.ones(1, av.dtype), np.zeros(1, av.dtype)
-            fn(ta.ctypes, tb.ctypes, m_.ctypes, n_.ctypes, k_.ctypes, alpha.ctypes, b.ctypes, lda_.ctypes,
-               av.ctypes, ldb_.ctypes, beta.ctypes, ov.ctypes, ldc_.ctypes)
+            chars = np.empty(2, np.uint8)
+            chars[0], chars[1] = opb, opa
+            ints = np.empty(6, np.int32)
+            ints[0], ints[1], ints[2], ints[3], ints[4] = n, mb, k, ldb, lda
+            ints[5] = max(1, ov.strides[0] // isz if mb > 1 else n)
+            scalars = np.empty(2, av.dtype)
+            scalars[0], scalars[1] = 1, 0
+            fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
+               scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, av.ctypes, ints[4:].ctypes, scalars[1:].ctypes,
+               ov.ctypes, ints[5:].ctypes)
         return impl

@@ -19,11 +19,14 @@ _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitg
 
 
 # Products split into row blocks (blas.py): more than GEMM_BLOCK_FLOPS (about 0.35 ms on one
-# core, several times a parallel loop's start) and at least GEMM_BLOCK_ROWS rows per block. On
-# 2 cores two blocks on Numba's threads ran as fast as OpenBLAS's own 2 threads (a 256 x 784 x
-# 512 product: 2.05 against 2.07 ms; 1 thread: 3.95 ms).
+# core, several times a parallel loop's start), at least GEMM_BLOCK_ROWS rows per block, a
+# power of two of them (even shares on 2, 4 or 8 threads). Each block is one BLAS call that
+# packs all of b again, so few blocks are best: a 256 x 784 x 512 product took 2.01, 2.12 and
+# 2.25 ms in 2, 4 and 8 row blocks on 2 threads (column blocks: 2.12-2.33; OpenBLAS's own 2
+# threads: 2.20; one thread: 3.95). Column blocks, for products of few rows, would double
+# the helpers' compile time (each layout of a strided block is another instance).
 GEMM_BLOCK_FLOPS = 1 << 24
-GEMM_BLOCK_ROWS = 64
+GEMM_BLOCK_ROWS = 128
 GEMM_MAX_BLOCKS = 8
 
 
@@ -32,7 +35,10 @@ def gemm_blocks(m, n, k):
     """The number of row blocks of an (m, k) @ (k, n) product: a function of the sizes only."""
     if 2 * m * n * k < GEMM_BLOCK_FLOPS:
         return 1
-    return max(1, min(GEMM_MAX_BLOCKS, m // GEMM_BLOCK_ROWS))
+    nb = 1
+    while 2 * nb <= min(GEMM_MAX_BLOCKS, m // GEMM_BLOCK_ROWS):
+        nb *= 2
+    return nb
 
 
 @njit(**_OPTS)
@@ -44,7 +50,7 @@ def _gemm_block(a, b, out, t, nb):
 @njit(**_OPTS)
 def matmul2d(a, b, out):
     """out = a @ b for 2-D arrays (C or F ordered: transposed views go to BLAS without a
-    copy); `out` is C-ordered and shares no memory with a or b. One BLAS thread, the row
+    copy); `out` is C-ordered and shares no memory with a or b. One BLAS thread, the
     blocks of `gemm_blocks` one after another (the same blocks as `matmul2d_par`)."""
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
     prev = blas_threads_local(1)
@@ -62,7 +68,7 @@ def _matmul2d_blocks(a, b, out, nb):
 
 @njit(**_OPTS)
 def matmul2d_par(a, b, out):
-    """`matmul2d` with its row blocks on Numba's threads (one block: no parallel launch).
+    """`matmul2d` with its blocks on Numba's threads (one block: no parallel launch).
     The calling thread sets the BLAS thread count around the whole region (blas.py)."""
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
     prev = blas_threads_local(1)

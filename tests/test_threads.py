@@ -121,7 +121,8 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
     before = [d["num_threads"] for d in threadpool_info()]
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 150))
-    assert runtime.gemm_blocks(300, 150, 200) == 4
+    assert runtime.gemm_blocks(300, 150, 200) == 2 and runtime.gemm_blocks(2000, 2000, 2000) == 8
+    assert runtime.gemm_blocks(100, 600, 400) == 1 and runtime.gemm_blocks(100, 100, 100) == 1
     for x in (a, np.asfortranarray(a)):
         serial, par = np.empty((300, 150)), np.empty((300, 150))
         runtime.matmul2d(x, b, serial)
@@ -130,7 +131,9 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
         np.testing.assert_allclose(serial, a @ b, rtol=1e-12, atol=1e-12)
     # one BLAS call on the operands as laid out: F-ordered b, float32, a strided operand
     # (neither C- nor F-ordered: copied), blocks of one row, an empty inner dimension
+    wa, wb = rng.standard_normal((300, 100)), rng.standard_normal((100, 600))
     for x, y in [(a, np.asfortranarray(b)), (a.astype(np.float32), b.astype(np.float32)),
+                 (wa, wb), (np.asfortranarray(wa), np.asfortranarray(wb)),
                  (a[:, ::2], b[::2]), (a[:1], b), (a[:, :0], b[:0])]:
         serial, par = np.empty((x.shape[0], y.shape[1]), x.dtype), np.empty((x.shape[0], y.shape[1]), x.dtype)
         runtime.matmul2d(x, y, serial)
