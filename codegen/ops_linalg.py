@@ -72,24 +72,24 @@ def _ptrs(names):
     return [f"{n}.ctypes" for n in names]
 
 
-@OPS.register("solve")
-def _solve(em, node, v, x):
+def _solve_call(em, node, v, x, name, flags=()):
+    """x = a^-1 b by routine `name` (a (..., n, n), b and x (..., n, k)), `flags` after the sizes."""
     a, b = node.inputs
     nb, n, _ = _sizes(em, a.shape)
     ins = _operands(em, v, x)
     em.body.append(f"{v} = {em.buffer(node)}")
-    _call(em, "solve", a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1])])
+    _call(em, name, a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1]), *flags])
+
+
+@OPS.register("solve")
+def _solve(em, node, v, x):
+    _solve_call(em, node, v, x, "solve")
 
 
 @OPS.register("solve_triangular")
 def _solve_triangular(em, node, v, x):
-    a, b = node.inputs
-    nb, n, _ = _sizes(em, a.shape)
-    ins = _operands(em, v, x)
-    em.body.append(f"{v} = {em.buffer(node)}")
     p = node.p
-    _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1]), int(p["lower"]),
-                                                           int(p["trans"]), int(p["unit"])])
+    _solve_call(em, node, v, x, "solve_triangular", (int(p["lower"]), int(p["trans"]), int(p["unit"])))
 
 
 @OPS.register("cholesky")

@@ -41,7 +41,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..core import LIBRARY_HINTS, EagerBox, Tensor, bind
+from ..core import EagerBox, Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, keepdims_shape, norm_axes,
                          norm_axis, reshape, shape_of, swapaxes)
@@ -51,7 +51,7 @@ from .products import matmul
 from .reduce import amax, amin, sum
 from .registry import implements, register
 from .shape import concatenate, expand_dims, moveaxis
-from .special import traced_wrapper
+from .special import install_wrappers
 
 TUPLE = np.dtype(object)
 LinAlgError = np.linalg.LinAlgError
@@ -179,22 +179,17 @@ def _check_avals(op, got, want):
     return (), TUPLE
 
 
-def _solve_abs(a, b):
-    sa, da = _square_aval(a, "solve")
-    sb, db = _float_aval(b, "solve")
+def _solve_abs(a, b, op="solve"):
+    sa, da = _square_aval(a, op)
+    sb, db = _float_aval(b, op)
     if len(sb) != len(sa) or sb[:-2] != sa[:-2] or sb[-2] != sa[-1] or db != da:
-        raise ShapeError(f"solve: a {da.name}{list(sa)} and b {db.name}{list(sb)} do not fit "
+        raise ShapeError(f"{op}: a {da.name}{list(sa)} and b {db.name}{list(sb)} do not fit "
                          "(need (..., n, n) and (..., n, k) of one dtype and equal batch dims)")
     return sb, db
 
 
 def _solve_triangular_abs(a, b, lower, trans, unit):
-    sa, da = _square_aval(a, "solve_triangular")
-    sb, db = _float_aval(b, "solve_triangular")
-    if len(sb) != len(sa) or sb[:-2] != sa[:-2] or sb[-2] != sa[-1] or db != da:
-        raise ShapeError(f"solve_triangular: a {da.name}{list(sa)} and b {db.name}{list(sb)} do not fit "
-                         "(need (..., n, n) and (..., n, k) of one dtype and equal batch dims)")
-    return sb, db
+    return _solve_abs(a, b, "solve_triangular")
 
 
 def _solve_triangular_impl(a, b, lower, trans, unit):
@@ -984,15 +979,7 @@ SCIPY_FUNCTIONS = {"solve_triangular": scipy_solve_triangular, "cholesky": scipy
 def install_scipy():
     """Put jitgraph's versions of these scipy.linalg functions into the module (once): a call
     with a traced value among its arguments runs them, any other SciPy's own."""
-    import scipy.linalg as sl
-    for name, traced in SCIPY_FUNCTIONS.items():
-        current = getattr(sl, name)
-        if getattr(current, "__jitgraph_original__", None) is None:
-            setattr(sl, name, traced_wrapper(current, traced, f"scipy.linalg.{name}"))
-            LIBRARY_HINTS[f"scipy.linalg.{name}"] = (
-                f"jitgraph supports scipy.linalg.{name} when it is called through the module "
-                f"(scipy.linalg.{name}(...)); a name imported from it before jitgraph was imported "
-                f"still refers to SciPy's function")
-
+    import scipy.linalg
+    install_wrappers(scipy.linalg, SCIPY_FUNCTIONS)
 
 install_scipy()

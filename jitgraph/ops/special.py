@@ -285,16 +285,22 @@ def traced_wrapper(original, traced, name):
     return wrapper
 
 
-def install():
-    """Put jitgraph's wrappers of scipy.special's Python functions into the module (once)."""
-    for name, traced in TRACED_FUNCTIONS.items():
-        current = getattr(sc, name)
+def install_wrappers(module, functions):
+    """Put jitgraph's wrappers of `module`'s Python functions (name -> the version for traced
+    arguments) into the module, once each, with the refusal hint for names imported before."""
+    for name, traced in functions.items():
+        current = getattr(module, name)
+        full = f"{module.__name__}.{name}"
         if getattr(current, "__jitgraph_original__", None) is None:
-            setattr(sc, name, traced_wrapper(current, traced, f"scipy.special.{name}"))
-            LIBRARY_HINTS[f"scipy.special.{name}"] = (
-                f"jitgraph supports scipy.special.{name} when it is called through the module "
-                f"(scipy.special.{name}(...)); a name imported from it before jitgraph was imported "
+            setattr(module, name, traced_wrapper(current, traced, full))
+            LIBRARY_HINTS[full] = (
+                f"jitgraph supports {full} when it is called through the module "
+                f"({full}(...)); a name imported from it before jitgraph was imported "
                 f"still refers to SciPy's function")
 
+
+def install():
+    """Put jitgraph's wrappers of scipy.special's Python functions into the module (once)."""
+    install_wrappers(sc, TRACED_FUNCTIONS)
 
 install()
