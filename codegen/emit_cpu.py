@@ -104,7 +104,7 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None):
+                 prefix="", shared=None, prange=True, exact=False):
         super().__init__(graph, partition)
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -112,6 +112,11 @@ class Emitter(EmitterBase):
         self.extra_consts = []     # (name, array) passed after the const args: subgraph data
         self.n_subs = 0
         self.parallel = parallel
+        # prange=False: the serial build of a parallel program. Its loops split into the same
+        # chunks, run one after another, and its products call the same threaded helpers, so
+        # it computes the same bits as the threaded build without compiling a prange
+        self.prange = prange
+        self.exact = exact or not prange     # chunk bodies as functions (see GroupEmitter.emit)
         self.fastmath = tuple(fastmath)
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
@@ -128,6 +133,7 @@ class Emitter(EmitterBase):
         self.functions = []       # module-level functions: loop groups, subgraph kernels
         self.imports = []         # module-level imports lowerings need (`require`)
         self.uses_prange = False
+        self.chunked = False      # some loop runs in chunks (prange ones, or not when prange=False)
         self.driver = False
 
     spell = staticmethod(spell)
@@ -398,7 +404,14 @@ class GroupEmitter:
         self.scalar_accs = {}     # sink id -> node (size-1 result: a local accumulator per chunk)
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
         self.views = {}           # name -> (node, prefix, suffix): what the group defines before its loop
-        self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN
+        self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN    # in chunks
+        em.chunked |= self.parallel
+        if self.parallel and not em.prange and not any(
+                s.size == 1 or (0 in s.p["axes"] and g.shape[0] != 1) for s in self.plan.sinks):
+            # serial build: chunks change no result when no sum runs across them (each point
+            # is computed alike in any order), and a plain loop compiles faster
+            self.parallel = False
+        self.threaded = self.parallel and em.prange                          # chunks on prange
 
     # ---- values ------------------------------------------------------------------------------------
     def flat_name(self, x):
@@ -451,10 +464,13 @@ class GroupEmitter:
         alloc, pre, chunk, post = self._parts()
         fn = pre
         if chunk is not None:
-            fn.append("for ch in prange(nch):")
-            if len(chunk) > OUTLINE_LINES:
+            fn.append(f"for ch in {'prange' if self.threaded else 'range'}(nch):")
+            if em.exact or len(chunk) > OUTLINE_LINES:
                 # Numba's parfor passes slow down with the size of a prange body: a long body
-                # compiles faster as its own function; prange's index is unsigned, pass int64
+                # compiles faster as its own function. An exact pair of builds calls that
+                # function from both: inlined, LLVM vectorized the sums differently in a prange
+                # body and in a plain loop (different last bits). prange's index is unsigned:
+                # pass int64.
                 fn.append("    " + self._chunk_call(chunk))
             else:
                 fn += ["    " + ln for ln in chunk]
@@ -462,9 +478,9 @@ class GroupEmitter:
         em.body += alloc
         if self.local:
             params, args = self.n.signature()
-            em.body.append(em.function(fn, self.parallel, f"group_{g.seq}", params, args))
+            em.body.append(em.function(fn, self.threaded, f"group_{g.seq}", params, args))
         else:
-            em.uses_prange |= self.parallel
+            em.uses_prange |= self.threaded
             em.body += fn
 
     def _chunk_call(self, chunk):
@@ -571,7 +587,8 @@ class GroupEmitter:
         accs = list(self.scalar_accs.values())
         alloc = [f"# group {g.seq}: fused loop over {em.sizes.shape(g.shape)} "
                  f"({'flattened' if self.flat else f'outer axes {tuple(range(g.k))}'}, "
-                 f"{'parallel chunks' if self.parallel else 'serial'}), {len(g.nodes)} nodes"]
+                 f"{'parallel chunks' if self.threaded else 'chunks, serial' if self.parallel else 'serial'}), "
+                 f"{len(g.nodes)} nodes"]
         for x in self.writes.values():
             alloc.append(f"{em.var(x)} = {em.buffer(x)}")
         for s in self.direct_sinks.values():

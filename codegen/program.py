@@ -20,7 +20,8 @@ class Program:
         self.sizes = sizes        # values of n0, n1, ... in `dims`
         self.consts = consts      # constant arrays passed after the inputs
         self.plan = plan          # the MemoryPlan, or None
-        self.threads = self.threadable = False    # runs / could run prange loops (compile_graph)
+        self.threads = self.upgradable = False    # runs threads / a threaded build would add some
+        self.exact = True         # computes the bits of its threaded build (compile_graph)
         # workspace: bytes of the arena and the offsets of its slots, for these sizes; the
         # kernel takes (ws, wofs) after the constants when ws_bytes is not None
         self.ws_bytes, self.ws_offsets = None, None

@@ -421,6 +421,8 @@ def run(names=None, sizes="default", reps=7, peers=True, progress=True, seed=0, 
             bar.start(f"{name}: compiling jit")
             fwd = jg.jit(w["loss"], wait=True)
             fwd(*args)
+            f.wait()         # the threaded builds, compiled meanwhile in the background
+            fwd.wait()
             bar.done()
             eager = jg.value_and_grad(w["loss"], argnums=nums)
             eager_reps = 3 if name == "w5" else max(3, reps // 2)

@@ -173,6 +173,8 @@ class JitFunction:
                 compile_server.start()      # its imports overlap the trace
             if self._tiered():
                 entry = self._tiered_entry(key, fun, dyn, argnums, desc)
+            elif self._native_cpu() and self._serial_first():
+                entry = self._serial_entry(key, fun, dyn, argnums, desc)
             else:
                 entry = lower(fun, dyn, argnums, self._options(), self.fun, desc, self._stats)
                 self._debug(entry.lowered)
@@ -201,7 +203,9 @@ class JitFunction:
         serial = self._serial_first()
 
         def build_():
-            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial)
+            # plain loops: compiled calls start soonest (the tiers differ in rounding anyway)
+            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial,
+                         exact=False)
 
         def ready(entry):
             with self._lock:
@@ -209,25 +213,46 @@ class JitFunction:
                 if current:
                     self._entries[key] = entry
                 if serial and current:
-                    self._upgrade(key, entry, lambda: build(graph, dyn, options, guard_list, desc,
-                                                            collections.Counter(), trace_time))
+                    self._upgrade(key, entry, graph, dyn, guard_list, desc, trace_time)
             self._debug(entry.lowered)
 
         tiered = TieredEntry(graph, guard_list, desc, build_, ready, self._stats)
         return tiered
 
+    def _serial_entry(self, key, fun, dyn, argnums, desc):
+        """wait=True: compile the exact serial build now (the threaded build's bits, see
+        `_serial_first`) and the threaded build in the background."""
+        t0 = time.perf_counter()
+        options = self._options()
+        graph = trace(fun, dyn, argnums, options, self.fun, self._stats)
+        guard_list = guards(self.fun)
+        trace_time = time.perf_counter() - t0
+        entry = build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=False, exact=True)
+        self._debug(entry.lowered)
+        self._upgrade(key, entry, graph, dyn, guard_list, desc, trace_time)
+        return entry
+
     def _serial_first(self):
-        """Tiered calls build a new signature without parallel loops first, then with them in
-        the background (JITGRAPH_SERIAL_FIRST, default on): compiled calls start at about half
-        the compile time (each parallel loop costs Numba ~0.4 s). The two builds agree to
-        rounding, like the tiers; with wait=True the threaded build is the only one."""
+        """A new signature of a parallel program is built without its prange loops first, then
+        with them in the background (JITGRAPH_SERIAL_FIRST, default on): compiled calls start
+        at a third to a half of the compile time (each prange costs Numba ~0.4 s). Tiered
+        calls get plain loops first (results equal to rounding, like the tiers). With
+        wait=True the serial build runs the threaded build's chunks one after another and
+        the same threaded products, so both builds compute the same bits, and the thread
+        policy's one-thread mode then runs the serial build (no parallel launch at all)."""
         return self.parallel and bool(env_int("JITGRAPH_SERIAL_FIRST", 1))
 
-    def _upgrade(self, key, entry, build_threaded):
-        """Compile the threaded build of `entry`'s program in the background, if it has parallel
-        loops, and put it in the cache in place of `entry` (unless that was evicted meanwhile)."""
-        if not entry.lowered.program.threadable or entry.lowered.program.threads:
+    def _upgrade(self, key, entry, graph, dyn, guard_list, desc, trace_time):
+        """Compile the threaded build of `entry`'s program in the background, if it would add
+        prange loops, and put it in the cache in place of `entry` (unless that was evicted
+        meanwhile)."""
+        if not entry.lowered.program.upgradable:
             return
+
+        def build_threaded():
+            serial = entry.lowered.program
+            return build(graph, dyn, self._options(), guard_list, desc, collections.Counter(), trace_time,
+                         serial=serial, exact=serial.exact)
 
         def install(threaded):
             with self._lock:
@@ -437,6 +462,10 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             ready. The tiers agree to rounding, not bit for bit. `f.ready()` / `f.wait()`
             tell or wait; `cache_info()` counts the calls each tier served; a failed
             background compile is a `CompileWarning` and the interpreter keeps serving.
+            With wait=True, every call runs compiled code and computes the same bits: the
+            first call compiles the program without prange loops (the same chunks, run one
+            after another), and the threaded build that follows in the background
+            (`f.wait()` waits for it) computes the same values.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
     groups, `.memory` report); `f.cache_info()` the cache counters.

@@ -165,9 +165,12 @@ def test_results_do_not_depend_on_the_mode(monkeypatch, name):
     """Every mode gives the same bits (chunk counts depend on sizes, not threads): a product
     on BLAS and a parallel loop (300 x 300 points), 32 calls (adaptive: both modes)."""
     monkeypatch.setenv("JITGRAPH_THREADS", name)
+    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "1")    # the exact serial build first
     args = layer_args(300)
     f = jg.jit_grad(layer_loss, wait=True)
-    outs = [f(*args) for _ in range(32)]
+    outs = [f(*args)]                       # the serial build (its chunks in order)
+    assert f.wait(timeout=600)
+    outs += [f(*args) for _ in range(31)]   # the threaded build
     entry = next(iter(f._entries.values()))
     assert entry.threads is not None and entry.lowered.program.threads
     if name == "adaptive":
@@ -186,3 +189,33 @@ def test_programs_without_parallel_loops_have_no_policy():
     f(*layer_args(8))
     entry = next(iter(f._entries.values()))
     assert entry.threads is None and entry.call is entry.plain
+
+
+def test_serial_and_threaded_builds_compute_the_same_bits():
+    """The serial build runs the threaded build's chunks one after another: scalar sums,
+    column sums (per-chunk partials), row reductions and a threaded product agree bit for
+    bit; a loop with no sum across chunks runs whole."""
+    from jitgraph import codegen
+
+    def loss(x, w):
+        mu = x.mean(axis=1, keepdims=True)
+        h = np.tanh((x - mu) @ w)
+        return np.sum(h ** 2) + np.sum(np.exp(-x * x).sum(axis=0) ** 2)
+
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1024, 160)), rng.standard_normal((160, 96)) / 10
+    graph = jg.jit_grad(loss, argnums=(0, 1), wait=True).lower(x, w).graph
+    serial = codegen.compile_graph(graph, threads=False, exact=True)
+    threaded = codegen.compile_graph(graph, threads=True, exact=True)
+    body = serial.source.split("def kernel")[1]
+    assert "prange(" not in body and "range(nch)" in body and "_rt.matmul2d_par(" in body
+    assert "prange(nch)" in threaded.source
+    assert serial.upgradable and serial.threads and threaded.threads and not threaded.upgradable
+    assert serial.exact and threaded.exact
+    a, b = serial.run(x, w), threaded.run(x, w)
+    assert len(a) == len(b) == 3
+    for p, q in zip(a, b):
+        assert np.array_equal(p, q)
+    ref = jg.value_and_grad(loss, argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(a[0][0], ref[0], rtol=1e-12)
+    np.testing.assert_allclose(a[1], ref[1][0], rtol=1e-9, atol=1e-12)
