@@ -11,7 +11,7 @@ calls, keeps the faster mode, and probes the other now and then (at once when it
 speed up or slow down), so a load that comes or goes is followed within a few calls.
 
 The mode changes thread counts, and where a program has an exact serial build (jit's
-serial-first builds under wait=True) the one-thread mode runs it: it starts no parallel loop (Numba's
+serial-first builds under wait=True and JITGRAPH_EXACT_SERIAL=1) the one-thread mode runs it: it starts no parallel loop (Numba's
 workqueue takes 70-100 us to start one even on one thread). Parallel loops and products split
 their work into pieces that depend on the sizes alone, and the serial build runs the same
 pieces in order, so results are the same bits in both modes.

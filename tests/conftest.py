@@ -16,9 +16,6 @@ os.environ.setdefault("JITGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="jitgraph-te
 # Compile before a first call returns, so counters and sources are there when a test looks;
 # tests/test_tiered.py tests the default (tiered) behaviour with wait=False.
 os.environ.setdefault("JITGRAPH_WAIT", "1")
-# One build per program (the threaded one) unless a test asks for the serial build first:
-# under wait=True that would compile every parallel program twice
-os.environ.setdefault("JITGRAPH_SERIAL_FIRST", "0")
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def test_results_do_not_depend_on_the_mode(monkeypatch, name):
     """Every mode gives the same bits (chunk counts depend on sizes, not threads): a product
     on BLAS and a parallel loop (300 x 300 points), 32 calls (adaptive: both modes)."""
     monkeypatch.setenv("JITGRAPH_THREADS", name)
-    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "1")    # the exact serial build first
+    monkeypatch.setenv("JITGRAPH_EXACT_SERIAL", "1")    # the exact serial build first
     args = layer_args(300)
     f = jg.jit_grad(layer_loss, wait=True)
     outs = [f(*args)]                       # the serial build (its chunks in order)

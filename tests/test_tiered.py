@@ -125,7 +125,6 @@ W_BIG = np.random.default_rng(6).standard_normal((400, 200))
 
 
 def test_tiered_calls_build_serially_first_then_threaded(monkeypatch):
-    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "1")      # conftest turns it off elsewhere
     f = jg.jit_grad(_big_loss, wait=False)
     want = jg.value_and_grad(_big_loss)(W_BIG)
     seen = set()
@@ -145,7 +144,7 @@ def test_tiered_calls_build_serially_first_then_threaded(monkeypatch):
 
 
 def test_wait_true_serves_the_serial_build_then_the_threaded_one_with_the_same_bits(monkeypatch):
-    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "1")
+    monkeypatch.setenv("JITGRAPH_EXACT_SERIAL", "1")
     f = jg.jit_grad(_big_loss, wait=True)
     v0, g0 = f(W_BIG)
     assert f.cache_info().interpreted_calls == 0
