@@ -192,13 +192,17 @@ class JitFunction:
     def _tiered(self):
         return not self.wait_compile and self._native_cpu()
 
-    def _tiered_entry(self, key, fun, dyn, argnums, desc):
-        """Trace now; compile in the background (tiered.py)."""
+    def _trace(self, fun, dyn, argnums):
+        """(options, graph, guards, seconds) of a new signature's trace, for its builds."""
         t0 = time.perf_counter()
         options = self._options()
         graph = trace(fun, dyn, argnums, options, self.fun, self._stats)
         guard_list = guards(self.fun)
-        trace_time = time.perf_counter() - t0
+        return options, graph, guard_list, time.perf_counter() - t0
+
+    def _tiered_entry(self, key, fun, dyn, argnums, desc):
+        """Trace now; compile in the background (tiered.py)."""
+        options, graph, guard_list, trace_time = self._trace(fun, dyn, argnums)
 
         serial = self._serial_first()
 
@@ -224,11 +228,7 @@ class JitFunction:
         threaded build's bits, see `_serial_first`) and the threaded build in the background.
         Opt-in: the first call comes 1.6-2.7x sooner, but the pair's outlined chunk bodies ran
         some programs slower (the GMM benchmark 8.2 ms against 6.5)."""
-        t0 = time.perf_counter()
-        options = self._options()
-        graph = trace(fun, dyn, argnums, options, self.fun, self._stats)
-        guard_list = guards(self.fun)
-        trace_time = time.perf_counter() - t0
+        options, graph, guard_list, trace_time = self._trace(fun, dyn, argnums)
         entry = build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=False, exact=True)
         self._debug(entry.lowered)
         self._upgrade(key, entry, graph, dyn, guard_list, desc, trace_time)
