@@ -67,12 +67,25 @@ def uses_threads(source):
 # Numba compiles to libm calls, except the functions of codegen/mathlib.py, whose arithmetic
 # forms vectorize. mathlib's return float64: a float32 program converts their results back.
 MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min",
-           "lgamma": "_ml.gammaln",
+           "sin": "_ml.sin", "cos": "_ml.cos", "lgamma": "_ml.gammaln",
            **{name: f"_ml.{name}" for name in ("erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
                                                "betaln", "gammainc", "gammaincc", "betainc", "betaincc")}}
 SPECIAL_IMPORT = "from jitgraph.codegen import mathlib as _ml"   # only where `_ml.` is used
-F64_RESULT = ("exp", "expm1", "tanh", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma", "betaln",
-              "gammainc", "gammaincc", "betainc", "betaincc")
+F64_RESULT = ("exp", "expm1", "tanh", "sin", "cos", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
+              "betaln", "gammainc", "gammaincc", "betainc", "betaincc")
+
+# sin and cos inline about 130 LLVM instructions each (mathlib's table-driven reduction), which
+# vectorize: 2.6x libm's speed in a loop of arguments in [-10, 10]. Their compile cost grows
+# faster than the count of call sites (+0.3 s for a program of 14, +7.5 s for the 100 of
+# w4's 50-deep chain, whose small arguments glibc's sin also handles fast); past this many
+# sites a program calls libm instead.
+INLINE_TRIG_MAX = 32
+
+
+def spell_libm_trig(name, dtype):
+    """spell(), with sin and cos as NumPy's ufuncs (libm calls)."""
+    return (f"np.{name}", None) if name in ("sin", "cos") else spell(name, dtype)
+
 
 # op name -> lowering of a library op (a step of its own): fn(em, node, v, x); see ops_cpu.py
 OPS = Lowerings()
@@ -135,6 +148,8 @@ class Emitter(EmitterBase):
         self.uses_prange = False
         self.chunked = False      # some loop runs in chunks (prange ones, or not when prange=False)
         self.driver = False
+        if sum(n.op in ("sin", "cos") for n in graph.nodes) > INLINE_TRIG_MAX:
+            self.spell = spell_libm_trig
 
     spell = staticmethod(spell)
 

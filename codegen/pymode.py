@@ -25,7 +25,7 @@ def njit(*args, **kwargs):
 prange = range
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
-mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL})
+mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos)
 runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
                                                 "copy", "slot_view")}, slot=_runtime.slot_view)

@@ -1,0 +1,130 @@
+"""Vectorizable sin and cos (codegen/mathlib.py) against exact values, and their use in kernels.
+
+mathlib's sin and cos reduce the argument by a table of 2/pi (Payne-Hanek, without branches)
+and evaluate fdlibm's polynomials; the claim is an error within 1 ulp for every double, also
+for arguments within 2**-61 of a multiple of pi/2, the closest any double comes. Exact values
+come from mpmath at 300 bits.
+"""
+import math
+
+import mpmath
+import numba
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph.codegen import emit_cpu, mathlib
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+# the kernels' flags: the compensated sums must survive them
+_OPTS = dict(error_model="numpy", fastmath={"reassoc", "contract", "arcp"}, boundscheck=False)
+
+
+def _loop(fn):
+    """A compiled loop applying `fn` elementwise."""
+    @numba.njit(**_OPTS)
+    def run(x):
+        out = np.empty(x.size)
+        for i in range(x.size):
+            out[i] = fn(x[i])
+        return out
+    return run
+
+
+LOOPS = {"sin": _loop(mathlib.sin), "cos": _loop(mathlib.cos)}
+
+# doubles close to multiples of pi/2 (numerators of pi's continued-fraction convergents, and the
+# double nearest a multiple of pi/2 over the whole range), and famous large arguments
+HARD = [355.0, 103993.0, 104348.0, 833719.0, 1146408.0, 4272943.0, 5419351.0, 80143857.0,
+        165707065.0, 245850922.0, 411557987.0, 1068966896.0, 6167950454.0, 6381956970095103 * 2.0 ** 797,
+        5.319372648326541e+255, 1e22, 2.0 ** 1023 * 1.9999, 1.7976931348623157e308, math.pi / 4,
+        np.nextafter(math.pi / 4, 0), np.nextafter(math.pi / 4, 4), math.pi / 2, math.pi, 2 ** 36, 2 ** 52 + 1]
+
+
+def _ulp_errors(name, x, got):
+    mpmath.mp.prec = 300
+    fn = getattr(mpmath, name)
+    errs = []
+    for xi, gi in zip(x.tolist(), got.tolist()):
+        exact = fn(mpmath.mpf(xi))
+        errs.append(float(abs(mpmath.mpf(gi) - exact) / np.spacing(abs(float(exact)))))
+    return np.array(errs)
+
+
+def _arguments():
+    rng = np.random.default_rng(12)
+    signs = rng.choice([-1.0, 1.0], 1500)
+    return np.concatenate([
+        HARD, np.negative(HARD),
+        rng.uniform(-8, 8, 800),
+        signs * np.ldexp(rng.uniform(1, 2, 1500), rng.integers(-40, 1024, 1500)),   # every binade
+        np.ldexp(rng.uniform(1, 2, 300), rng.integers(30, 40, 300)),                  # near 2**36
+        5e-324 * np.arange(1, 6), [1e-300, -2.0 ** -27, 2.0 ** -26],
+    ])
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_within_one_ulp_of_exact_over_the_double_range(name):
+    x = _arguments()
+    errs = _ulp_errors(name, x, LOOPS[name](x))
+    worst = int(np.argmax(errs))
+    assert errs[worst] <= 1.0, f"{name}({x[worst]!r}): {errs[worst]:.3f} ulp"
+    # fdlibm's kernels are correctly rounded for most arguments
+    assert np.mean(errs <= 0.5) > 0.95
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_special_values_as_numpy(name):
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324])
+    got, want = LOOPS[name](x), getattr(np, name)(x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_the_table_is_exact():
+    # row E - EMIN holds (2**E 2/pi) mod 4 as four doubles
+    mpmath.mp.prec = 1400
+    two_over_pi = 2 / mpmath.pi
+    table = mathlib._TWO_OVER_PI_MOD4
+    assert table.shape == (mathlib._TRIG_EMAX - mathlib._TRIG_EMIN + 1, 4)
+    for e in (-53, -1, 0, 1, 52, 100, 500, 971):
+        row = table[e - mathlib._TRIG_EMIN]
+        exact = mpmath.fmod(mpmath.ldexp(two_over_pi, e), 4)
+        got = sum(mpmath.mpf(float(v)) for v in row)
+        # four doubles carry about 215 bits, and the rows are cut 240 bits below the point
+        assert abs(got - exact) <= max(mpmath.ldexp(abs(exact), -210), mpmath.ldexp(1, -238))
+
+
+def _trig_loss(theta, x):
+    px = x * np.cos(theta) - np.sin(theta)
+    return np.sum(np.sin(3.0 * px) * np.cos(px + 0.5) + np.cos(theta) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_programs_use_them_and_match_numpy(dtype):
+    rng = np.random.default_rng(0)
+    theta = rng.uniform(-50, 50, 300).astype(dtype)
+    x = rng.uniform(-3, 3, 300).astype(dtype)
+    f = jg.jit_grad(_trig_loss, argnums=(0, 1), wait=True)
+    (val, grads) = f(theta, x)
+    want_val, want_grads = jg.value_and_grad(_trig_loss, argnums=(0, 1))(theta, x)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(val, want_val, rtol=tol)
+    for g, w in zip(grads, want_grads):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    src = f.lower(theta, x).source
+    assert "_ml.sin(" in src and "_ml.cos(" in src and "np.sin(" not in src and "np.cos(" not in src
+
+
+def test_many_call_sites_keep_libm():
+    # past INLINE_TRIG_MAX sites the inline form's compile time outgrows its gain
+    def chain(z):
+        for _ in range(emit_cpu.INLINE_TRIG_MAX + 1):
+            z = np.sin(z)
+        return np.sum(z)
+    z = np.linspace(0.1, 2, 50)
+    src = jg.jit(chain).lower(z).source
+    assert "np.sin(" in src and "_ml.sin(" not in src
+    np.testing.assert_allclose(jg.jit(chain)(z), chain(z), rtol=1e-13)
