@@ -77,8 +77,8 @@ F64_RESULT = ("exp", "expm1", "tanh", "sin", "cos", "lgamma", "erfinv", "ndtr", 
 # sin and cos inline about 130 LLVM instructions each (mathlib's table-driven reduction), which
 # vectorize: 2.6x libm's speed in a loop of arguments in [-10, 10]. Their compile cost grows
 # faster than the count of call sites (+0.3 s for a program of 14, +7.5 s for the 100 of
-# w4's 50-deep chain, whose small arguments glibc's sin also handles fast); past this many
-# sites a program calls libm instead.
+# w4's 50-deep chain, whose small arguments glibc's sin also handles fast); a graph (a program,
+# or a loop body or branch of one) with more sites than this calls libm instead.
 INLINE_TRIG_MAX = 32
 
 
