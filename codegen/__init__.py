@@ -19,12 +19,12 @@ from .pymode import python_kernel
 VIEW_FUNCTIONS_MAX_RATIO = 2
 
 
-def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), prange=True, exact=False):
-    """(partition, source, emitter) for `graph` without compiling anything; prange=False
+def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), threads=True, exact=False):
+    """(partition, source, emitter) for `graph` without compiling anything; threads=False
     emits the exact serial build of a parallel program, exact=True a threaded build that
     computes its bits (see `compile_graph`)."""
     part = Partition(graph)
-    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, prange=prange, exact=exact)
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, threads=threads, exact=exact)
     source = em.emit()
     if em.driver and part.index_views:
         # A long program's Python entry compiles one function per distinct loop text, which
@@ -33,7 +33,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), pra
         # 5 s became 31 s), so such a program keeps its copies when views would multiply the
         # functions to compile.
         plain = Partition(graph, index_views=False)
-        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath, prange=prange, exact=exact)
+        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath, threads=threads, exact=exact)
         source_plain = em_plain.emit()
         if len(em.functions) > VIEW_FUNCTIONS_MAX_RATIO * len(em_plain.functions):
             return plain, source_plain, em_plain
@@ -52,13 +52,12 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     """Fuse, emit and build `graph`; backend "python" runs the source without Numba.
 
     target "cuda" builds numba.cuda kernels plus host code (codegen/emit_cuda.py).
-    threads=False builds a parallel program without its prange loops (each costs Numba ~0.4 s
-    of compile), in plain loops with single-threaded products. Builds with exact=True pair
-    up: the serial one keeps the threaded build's chunks and runs them one after another,
-    and calls the same (threaded) product helpers, and both call each chunk body as a
-    function, so they compute the same bits (the serial one compiles in about 1.4x the
-    plain build's time, the threaded one a little slower than without exact). `Program.threads` says
-    whether the program runs threads (prange loops or threaded products),
+    threads=False builds a parallel program without its parallel chunks (each chunk body is
+    a function of its own, ~0.2 s of compile), in plain loops with single-threaded products.
+    Builds with exact=True pair up: the serial one keeps the threaded build's chunks and
+    runs them one after another, and calls the same (threaded) product helpers, and both
+    call each chunk body as a function, so they compute the same bits. `Program.threads`
+    says whether the program runs threads (parallel chunks or threaded products),
     `Program.upgradable` whether a threaded build would add some, `Program.exact` whether
     it computes the threaded build's bits.
     """
@@ -66,8 +65,8 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
         return compile_graph_cuda(graph)
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
-    part, source, em = generate(graph, parallel, fastmath, prange=threads or not exact, exact=exact)
-    upgradable = not threads and (em.chunked and not em.uses_prange if exact else uses_threads(source))
+    part, source, em = generate(graph, parallel, fastmath, threads=threads or not exact, exact=exact)
+    upgradable = not threads and (em.chunked if exact else uses_threads(source))
     if not threads and not exact and upgradable:
         part, source, em = generate(graph, False, fastmath)
     if backend == "python":

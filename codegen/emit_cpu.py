@@ -6,9 +6,11 @@ Layout of a generated module:
   in order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
   `codegen/runtime.py`) and the fused loop groups. A group's outer loop is
   split into a fixed number of chunks, each accumulating its reductions into
-  its own slot of a partial buffer; with `prange` the chunks run on all cores.
-  The chunk count depends only on sizes, never on the thread count, so results
-  are identical for any number of threads. Stored values live in slots of the
+  its own slot of a partial buffer. In a threaded build the chunk body is a
+  function of its own (`@_rt.chunk_njit`) that `_rt.parallel_chunks` runs on all
+  cores (codegen/launch.py; no `prange`, whose parfor passes cost 0.15-0.8 s of
+  compile per loop). The chunk count depends only on sizes, never on the thread
+  count, so results are identical for any number of threads. Stored values live in slots of the
   workspace arena `ws` at byte offsets `wofs`, as planned by
   `codegen/memory.py`; outputs are new arrays.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
@@ -21,8 +23,8 @@ Layout of a generated module:
 
 The one place the source depends on sizes beyond their equality pattern: a
 group whose loop (at trace time) has fewer than PARALLEL_MIN points runs
-serially, without `prange`. Parallel loops cost ~5 us to launch and ~0.2 s to
-compile each, which only pays for large loops; a later call with large arrays
+serially, in one piece. A parallel launch costs ~2 us and its chunk function
+~0.2 s of compile, which only pays for large loops; a later call with large arrays
 retraces (the cache key has the size class) and gets the parallel source.
 
 Every computed line is one SSA assignment with a comment naming the graph node.
@@ -50,17 +52,11 @@ NJIT_ENTRY_MAX_STEPS = 48
 OUTLINE_LINES = 40         # parallel chunk bodies longer than this become their own function
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
-# How parallel functions are compiled: prange loops on Numba's threads (each prange costs Numba
-# ~0.4 s of compile).
-PARALLEL_HEADER = ("_PARALLEL = dict(prange=True, numpy=False, reduction=False, setitem=False, stencil=False,\n"
-                   "                 fusion=False, comprehension=False, inplace_binop=False)")
-
 
 def uses_threads(source):
-    """Does this generated module launch parallel loops: prange functions of its own, or
-    runtime helpers splitting products over Numba's threads?"""
-    return ((PARALLEL_HEADER in source and "parallel=_PARALLEL" in source)
-            or "_rt.matmul2d_par(" in source or "_rt.matmul_batched_par(" in source)
+    """Does this generated module run work on Numba's threads: chunks of its loops
+    (codegen/launch.py), or runtime helpers splitting products?"""
+    return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "matmul2d_par", "matmul_batched_par"))
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which
@@ -117,7 +113,7 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None, prange=True, exact=False):
+                 prefix="", shared=None, threads=True, exact=False):
         super().__init__(graph, partition)
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -125,11 +121,11 @@ class Emitter(EmitterBase):
         self.extra_consts = []     # (name, array) passed after the const args: subgraph data
         self.n_subs = 0
         self.parallel = parallel
-        # prange=False: the serial build of a parallel program. Its loops split into the same
+        # threads=False: the serial build of a parallel program. Its loops split into the same
         # chunks, run one after another, and its products call the same threaded helpers, so
-        # it computes the same bits as the threaded build without compiling a prange
-        self.prange = prange
-        self.exact = exact or not prange     # chunk bodies as functions (see GroupEmitter.emit)
+        # it computes the same bits as the threaded build
+        self.threads = threads
+        self.exact = exact or not threads     # chunk bodies as functions (see GroupEmitter.emit)
         self.fastmath = tuple(fastmath)
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
@@ -145,8 +141,7 @@ class Emitter(EmitterBase):
         self.users = graph.users()
         self.functions = []       # module-level functions: loop groups, subgraph kernels
         self.imports = []         # module-level imports lowerings need (`require`)
-        self.uses_prange = False
-        self.chunked = False      # some loop runs in chunks (prange ones, or not when prange=False)
+        self.chunked = False      # some loop runs in chunks (on threads, or not when threads=False)
         self.driver = False
         if sum(n.op in ("sin", "cos") for n in graph.nodes) > INLINE_TRIG_MAX:
             self.spell = spell_libm_trig
@@ -268,7 +263,7 @@ class Emitter(EmitterBase):
             "# this file is named after the hash of its content and rewritten never.",
             "import math",
             "import numpy as np",
-            "from numba import njit, prange",
+            "from numba import njit",
             "from jitgraph.codegen.mathlib import exp as _exp, expm1 as _expm1, tanh as _tanh",
             "from jitgraph.codegen.mathlib import maximum as _max, minimum as _min",
             "from jitgraph.codegen import runtime as _rt",
@@ -276,7 +271,6 @@ class Emitter(EmitterBase):
             "",
             "# Numba's disk cache is attached when jitgraph imports this module (codegen/build.py)",
             f"_OPTS = dict(error_model='numpy', fastmath={fm}, boundscheck=False)",
-            PARALLEL_HEADER,
             "",
         ]
         src = list(head)
@@ -286,34 +280,34 @@ class Emitter(EmitterBase):
             src += ["", f"# {len(self.part.steps)} steps: the entry runs as Python, calling the compiled "
                     "loops and library routines above"]
         else:
-            par = "_PARALLEL" if self.uses_prange else "False"
-            src += ["", f"@njit(parallel={par}, **_OPTS)"]
+            src += ["", "@njit(**_OPTS)"]
         src += self.kernel_lines()
         return "\n".join(src) + "\n"
 
-    def function(self, lines, parallel, label, params, args):
-        """Make `lines` a module function of `params`; returns its call with `args`.
+    def function(self, lines, label, params, args):
+        """Make `lines` a module function of `params`; returns its call with `args`."""
+        return f"{self.function_name(lines, label, params)}({', '.join(args)})"
+
+    def function_name(self, lines, label, params, chunk=False):
+        """The name of a module function of `params` running `lines`.
 
         Functions with the same text are emitted once: a group emitted as a function names
         its values and sizes in order of first use (`source.LocalNames`), so the layers of a
         deep network share one compiled loop per distinct layer shape and compile time does
-        not grow with depth. Parallel functions are the only ones with `prange`: Numba's
-        automatic conversion of array expressions into parallel loops would compile a
-        kernel per allocation for nothing.
+        not grow with depth. A chunk body compiles with its arrays as `noalias` (launch.py).
         """
-        key = ("\n".join(lines), parallel, tuple(params))
+        key = ("\n".join(lines), tuple(params), chunk)
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
-            par = "parallel=_PARALLEL, " if parallel else ""
-            block = [f"# {fname}", f"@njit({par}**_OPTS)",
+            block = [f"# {fname}", "@_rt.chunk_njit(**_OPTS)" if chunk else "@njit(**_OPTS)",
                      f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
             entry = self.shared[key] = (fname, block)
             self.functions.append(block)
         else:
             fname, block = entry
             block[0] += f", also for {self.prefix}{label}"
-        return f"{fname}({', '.join(args)})"
+        return fname
 
     def kernel_params(self):
         """Names of the entry function's parameters after the inputs: consts, subgraph data, svals."""
@@ -421,12 +415,12 @@ class GroupEmitter:
         self.views = {}           # name -> (node, prefix, suffix): what the group defines before its loop
         self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN    # in chunks
         em.chunked |= self.parallel
-        if self.parallel and not em.prange and not any(
+        if self.parallel and not em.threads and not any(
                 s.size == 1 or (0 in s.p["axes"] and g.shape[0] != 1) for s in self.plan.sinks):
             # serial build: chunks change no result when no sum runs across them (each point
             # is computed alike in any order), and a plain loop compiles faster
             self.parallel = False
-        self.threaded = self.parallel and em.prange                          # chunks on prange
+        self.threaded = self.parallel and em.threads               # chunks on Numba's threads
 
     # ---- values ------------------------------------------------------------------------------------
     def flat_name(self, x):
@@ -479,39 +473,45 @@ class GroupEmitter:
         alloc, pre, chunk, post = self._parts()
         fn = pre
         if chunk is not None:
-            fn.append(f"for ch in {'prange' if self.threaded else 'range'}(nch):")
-            if em.exact or len(chunk) > OUTLINE_LINES:
-                # Numba's parfor passes slow down with the size of a prange body: a long body
-                # compiles faster as its own function. An exact pair of builds calls that
-                # function from both: inlined, LLVM vectorized the sums differently in a prange
-                # body and in a plain loop (different last bits). prange's index is unsigned:
-                # pass int64.
-                fn.append("    " + self._chunk_call(chunk))
+            if self.threaded:
+                fn.append(self._chunk_call(chunk, threaded=True))
+            elif em.exact or len(chunk) > OUTLINE_LINES:
+                # An exact pair of builds calls the chunk body as a function from both (inlined
+                # in a plain loop, LLVM vectorized its sums differently: other last bits); a
+                # long body compiles faster as its own function
+                fn += ["for ch in range(nch):", "    " + self._chunk_call(chunk)]
             else:
-                fn += ["    " + ln for ln in chunk]
+                fn += ["for ch in range(nch):"] + ["    " + ln for ln in chunk]
             fn += post
         em.body += alloc
         if self.local:
             params, args = self.n.signature()
-            em.body.append(em.function(fn, self.threaded, f"group_{g.seq}", params, args))
+            em.body.append(em.function(fn, f"group_{g.seq}", params, args))
         else:
-            em.uses_prange |= self.threaded
             em.body += fn
 
-    def _chunk_call(self, chunk):
-        """A call of the chunk body as a function. Its text names values locally (so that
-        equal chunks share one function); in an inline group the arguments are the entry's."""
+    def _chunk_call(self, chunk, threaded=False):
+        """A call of the chunk body as a function `f(ch, nch, ...)`: once per chunk in a plain
+        loop, or all chunks on Numba's threads (`_rt.parallel_chunks`, codegen/launch.py).
+        Its text names values locally (so that equal chunks share one function); in an
+        inline group the arguments are the entry's."""
         label = f"group_{self.g.seq}_chunk"
         if self.local:
             params = ["ch", "nch"] + self.n.signature()[0] + list(self.views)
-            return self.em.function(chunk, False, label, params, ["np.int64(ch)"] + params[1:])
-        local = GroupEmitter(self.em, self.g, local=True)
-        _, _, lchunk, _ = local._parts()
-        params, args = local.n.signature()
-        views = [(name, f"{prefix}{self.em.names[node.id]}{suffix}")
-                 for name, (node, prefix, suffix) in local.views.items()]
-        return self.em.function(lchunk, False, label, ["ch", "nch"] + params + [v for v, _ in views],
-                                ["np.int64(ch)", "nch"] + args + [a for _, a in views])
+            lines, args = chunk, params[2:]
+        else:
+            local = GroupEmitter(self.em, self.g, local=True)
+            _, _, lines, _ = local._parts()
+            lparams, largs = local.n.signature()
+            views = [(name, f"{prefix}{self.em.names[node.id]}{suffix}")
+                     for name, (node, prefix, suffix) in local.views.items()]
+            params = ["ch", "nch"] + lparams + [v for v, _ in views]
+            args = largs + [a for _, a in views]
+        fname = self.em.function_name(lines, label, params, chunk=True)
+        if threaded:
+            return f"_rt.parallel_chunks({fname}, nch, ({', '.join(args)},))"
+        # the chunk index as int64 in both builds: one compiled instance
+        return f"{fname}(np.int64(ch), nch, {', '.join(args)})"
 
     def _body(self):
         """The loop over the group's domain (chunk bounds lo, hi when parallel)."""
@@ -593,7 +593,7 @@ class GroupEmitter:
 
     def _parts(self):
         """(allocations in the entry, the code before the loop, the chunk body or None when
-        serial, the code after it): chunks over prange combine their partial results after
+        serial, the code after it): chunks on threads combine their partial results after
         the loop."""
         body = self._body()
         g, em, S, n = self.g, self.em, self.S, self.n
@@ -698,5 +698,5 @@ class GroupEmitter:
             em.body += lines
             return
         em.body += allocs
-        em.body.append(em.function([ln for ln in lines if ln not in allocs], False,
+        em.body.append(em.function([ln for ln in lines if ln not in allocs],
                                    f"group_{g.seq}", params, params))

@@ -6,7 +6,7 @@ fraction of a second each to compile.
 """
 import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
@@ -14,6 +14,7 @@ from numba.np.arrayobj import populate_array
 
 from .blas import blas_threads_local, gemm_rows
 from .build import enable_cache, helpers_cache_dir
+from .launch import chunk_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
 
@@ -60,10 +61,9 @@ def matmul2d(a, b, out):
     return out
 
 
-@njit(parallel=True, **_OPTS)
-def _matmul2d_blocks(a, b, out, nb):
-    for t in prange(nb):
-        _gemm_block(a, b, out, t, nb)
+@njit(**_OPTS)
+def _gemm_chunk(t, nb, a, b, out):
+    _gemm_block(a, b, out, t, nb)
 
 
 @njit(**_OPTS)
@@ -75,7 +75,7 @@ def matmul2d_par(a, b, out):
     if nb == 1:
         _gemm_block(a, b, out, 0, 1)
     else:
-        _matmul2d_blocks(a, b, out, nb)
+        parallel_chunks(_gemm_chunk, nb, (a, b, out))
     blas_threads_local(prev)
     return out
 
@@ -157,10 +157,9 @@ def matmul_batched(a, b, out):
     return out
 
 
-@njit(parallel=True, **_OPTS)
-def _batch_items_par(a, b, out):
-    for i in prange(a.shape[0]):
-        gemm_rows(a[i], b[i], out[i], 0, a.shape[1])
+@njit(**_OPTS)
+def _batch_item(i, n, a, b, out):
+    gemm_rows(a[i], b[i], out[i], 0, a.shape[1])
 
 
 @njit(**_OPTS)
@@ -171,7 +170,7 @@ def matmul_batched_par(a, b, out):
     if a.shape[0] < 2 or 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] < GEMM_BLOCK_FLOPS:
         _batch_items(a, b, out)
     else:
-        _batch_items_par(a, b, out)
+        parallel_chunks(_batch_item, a.shape[0], (a, b, out))
     blas_threads_local(prev)
     return out
 
@@ -226,3 +225,4 @@ enable_cache(list(globals().values()), helpers_cache_dir)
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form
+    parallel_chunks = parallel_chunks_py

@@ -153,8 +153,8 @@ class Entry:
         call = f"kernel({', '.join(args)})"
         if serial is not None and serial.exact and prog.exact and prog.threads and _same_arguments(prog, serial):
             # the thread policy's one-thread mode runs the serial build of the program: the
-            # same bits without parallel launches (Numba's workqueue starts a prange in 70-100
-            # us even on one thread)
+            # same bits in plain loops (the threaded build on one thread runs its chunks on the
+            # calling thread too, codegen/launch.py, through one more call per loop)
             ns["kernels"] = (prog.kernel, serial.kernel)
             timed_call = f"kernels[tok[0]]({', '.join(args)})"
         else:

@@ -247,7 +247,7 @@ class JitFunction:
 
     def _upgrade(self, key, entry, graph, dyn, guard_list, desc, trace_time):
         """Compile the threaded build of `entry`'s program in the background, if it would add
-        prange loops, and put it in the cache in place of `entry` (unless that was evicted
+        parallel chunks, and put it in the cache in place of `entry` (unless that was evicted
         meanwhile)."""
         if not entry.lowered.program.upgradable:
             return
@@ -441,7 +441,7 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
         argnums, has_aux: as in `value_and_grad`.
         static_argnums: positions of arguments that select the graph (flags, sizes,
             strings): their values are part of the cache key and must be hashable.
-        parallel: multi-threaded loops (Numba prange) where they pay; False for one thread.
+        parallel: multi-threaded loops (chunks on Numba's threads) where they pay; False for one thread.
         backend: "numba" (native), or "python" to run the same generated source as plain
             Python (no compile: for debugging).
         target: "cpu", "cuda" (numba.cuda kernels; needs `jitgraph[cuda]`), or "auto"
@@ -466,8 +466,8 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             tell or wait; `cache_info()` counts the calls each tier served; a failed
             background compile is a `CompileWarning` and the interpreter keeps serving.
             With wait=True, every call runs compiled code and computes the same bits
-            (JITGRAPH_EXACT_SERIAL=1: the first call compiles the program without prange
-            loops, the same chunks run one after another, and the threaded build that
+            (JITGRAPH_EXACT_SERIAL=1: the first call compiles the program without parallel
+            chunks: the same chunks run one after another, and the threaded build that
             follows in the background, which `f.wait()` waits for, computes the same bits).
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion

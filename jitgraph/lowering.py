@@ -128,7 +128,7 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     """Generate and compile the program of a traced graph (applying the remat policy first),
     and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
     the globals and closure cells the trace read (`signature.guards`, taken when it traced).
-    threads=False builds the program without prange loops (`codegen.compile_graph`; exact
+    threads=False builds the program without parallel chunks (`codegen.compile_graph`; exact
     keeps the threaded build's bits; `entry.lowered.program.upgradable` says whether a
     threaded build would differ); `serial`, an exact serial build's Program, is what the
     threaded build's one-thread mode runs."""

@@ -10,11 +10,12 @@ a busy loop on one of 2 cores, the transformer benchmark took 26.0 ms on all thr
 calls, keeps the faster mode, and probes the other now and then (at once when its own calls
 speed up or slow down), so a load that comes or goes is followed within a few calls.
 
-The mode changes thread counts, and where a program has an exact serial build (jit's
-serial-first builds under wait=True and JITGRAPH_EXACT_SERIAL=1) the one-thread mode runs it: it starts no parallel loop (Numba's
-workqueue takes 70-100 us to start one even on one thread). Parallel loops and products split
-their work into pieces that depend on the sizes alone, and the serial build runs the same
-pieces in order, so results are the same bits in both modes.
+The mode changes thread counts. On one thread a kernel's parallel chunks run on the calling
+thread, without waking Numba's workers (codegen/launch.py; a workqueue launch took 70-100 us
+on this virtual machine even on one thread), and where a program has an exact serial build
+(JITGRAPH_EXACT_SERIAL=1 under wait=True) the one-thread mode runs that. Parallel loops and
+products split their work into pieces that depend on the sizes alone, run in any order, so
+results are the same bits in both modes.
 
 JITGRAPH_THREADS chooses the policy: "adaptive" (the default), "all" (never lower the thread
 count) or "one" (every compiled call on one thread).

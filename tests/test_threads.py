@@ -208,8 +208,8 @@ def test_serial_and_threaded_builds_compute_the_same_bits():
     serial = codegen.compile_graph(graph, threads=False, exact=True)
     threaded = codegen.compile_graph(graph, threads=True, exact=True)
     body = serial.source.split("def kernel")[1]
-    assert "prange(" not in body and "range(nch)" in body and "_rt.matmul2d_par(" in body
-    assert "prange(nch)" in threaded.source
+    assert "_rt.parallel_chunks(" not in body and "range(nch)" in body and "_rt.matmul2d_par(" in body
+    assert "_rt.parallel_chunks(" in threaded.source
     assert serial.upgradable and serial.threads and threaded.threads and not threaded.upgradable
     assert serial.exact and threaded.exact
     a, b = serial.run(x, w), threaded.run(x, w)

@@ -139,7 +139,7 @@ def test_tiered_calls_build_serially_first_then_threaded(monkeypatch):
                 break
     assert seen == {False, True} or f.ready()      # a serial build served, then the threaded one
     assert f.wait(timeout=600) and f.ready()
-    assert f.lower(W_BIG).program.threads and "prange(" in f.lower(W_BIG).source
+    assert f.lower(W_BIG).program.threads and "_rt.parallel_chunks(" in f.lower(W_BIG).source
     assert f.cache_info().traces == 1
 
 
@@ -150,10 +150,10 @@ def test_wait_true_serves_the_serial_build_then_the_threaded_one_with_the_same_b
     assert f.cache_info().interpreted_calls == 0
     first = f._entries[next(iter(f._entries))]
     if first.lowered.program.upgradable:       # not yet replaced by the threaded build
-        assert "prange(" not in first.lowered.source and "range(nch)" in first.lowered.source
+        assert "_rt.parallel_chunks(" not in first.lowered.source and "range(nch)" in first.lowered.source
     assert f.wait(timeout=600) and f.ready()
     low = f.lower(W_BIG)
-    assert low.program.threads and "prange(" in low.source and not low.program.upgradable
+    assert low.program.threads and "_rt.parallel_chunks(" in low.source and not low.program.upgradable
     v1, g1 = f(W_BIG)
     assert v1 == v0 and np.array_equal(g1, g0)        # the same chunks: the same bits
     entry = f._entries[next(iter(f._entries))]

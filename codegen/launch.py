@@ -1,0 +1,138 @@
+"""Parallel chunks without a parfor: `parallel_chunks(fn, nch, args)` runs
+`fn(ch, nch, *args)` for ch in range(nch) on Numba's threads.
+
+A `prange` loop costs Numba's parfor passes 0.15-0.8 s of compile each (a gufunc built,
+typed and lowered per loop, whatever its body), which made a program's multi-threaded
+build take 2-4x as long as its serial one. This intrinsic compiles to a call of the
+threading layer's own `parallel_for` (the function Numba's parfors call, with the same
+contract under workqueue, OpenMP and TBB) and a small wrapper that runs a thread's share
+of the chunks: `fn` is an ordinary compiled function, so a multi-threaded kernel costs
+about what its serial build costs, and a launch ~2 us instead of ~9 us.
+
+The chunk a call computes depends on `ch` and `nch` only, never on the thread that runs
+it, so the result is the same bits on any number of threads. On one thread (the thread
+policy's one-thread mode, `numba.set_num_threads(1)`) or with one chunk the wrapper runs
+on the calling thread and no worker is woken.
+
+`fn` must not raise: generated chunk bodies cannot (NumPy's error model, no bounds
+checks, no allocation); a status it returned would be dropped. The calling thread keeps
+the GIL while the workers run (they never take it), so no other Python thread starts a
+kernel meanwhile: the BLAS thread count a kernel sets around its region stays its own
+(codegen/blas.py).
+"""
+import numba
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.dispatcher import _FunctionCompiler
+from numba.extending import intrinsic
+from numba.np.ufunc import parallel as _parallel
+
+if not numba.config.DISABLE_JIT:
+    # registers `numba_parallel_for` and `get_num_threads` with LLVM: kernels loaded from
+    # the disk cache link against them
+    _parallel._launch_threads()
+
+_I32 = ir.IntType(32)
+
+
+def _field(builder, ptr, k):
+    return builder.gep(ptr, [ir.Constant(_I32, 0), ir.Constant(_I32, k)])
+
+
+@intrinsic
+def parallel_chunks(typingctx, fn, nch, args):
+    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads (see the module doc)."""
+    if not isinstance(fn, types.Dispatcher) or not isinstance(nch, types.Integer) \
+            or not isinstance(args, types.BaseTuple):
+        return None
+    callsig = fn.get_call_type(typingctx, (types.int64, types.int64) + tuple(args.types), {})
+
+    def codegen(context, builder, signature, llargs):
+        _, llnch, lltup = llargs
+        llnch = context.cast(builder, llnch, nch, types.int64)
+        cres = fn.dispatcher.overloads[callsig.args]
+        context.active_code_library.add_linking_library(cres.library)
+        mod = builder.module
+        i8p = ir.IntType(8).as_pointer()
+        intp = context.get_value_type(types.intp)
+        data_t = ir.LiteralStructType([lltup.type, intp])
+
+        # the wrapper: void(char **args, intp *dims, intp *steps, void *data), the gufunc
+        # contract of parallel_for. A thread gets args[0] = (char *) first chunk (base NULL,
+        # step 1) and dims[0] = its count of chunks.
+        wty = ir.FunctionType(ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
+        wfn = cgutils.get_or_insert_function(mod, wty, f"jg_chunks_{cres.fndesc.mangled_name}")
+        if wfn.is_declaration:
+            wfn.linkage = "internal"
+            wb = ir.IRBuilder(wfn.append_basic_block("entry"))
+            wargs, wdims, _, wdata = wfn.args
+            first = wb.ptrtoint(wb.load(wargs), intp)
+            count = wb.load(wdims)
+            data = wb.bitcast(wdata, data_t.as_pointer())
+            tup = wb.load(_field(wb, data, 0))
+            total = wb.load(_field(wb, data, 1))
+            vals = [wb.extract_value(tup, k) for k in range(len(args.types))]
+            callee = context.declare_function(mod, cres.fndesc)
+            with cgutils.for_range(wb, count) as loop:
+                context.call_conv.call_function(wb, callee, callsig.return_type, callsig.args,
+                                                [wb.add(first, loop.index), total] + vals)
+            wb.ret_void()
+
+        data = cgutils.alloca_once(builder, data_t)
+        builder.store(lltup, _field(builder, data, 0))
+        builder.store(llnch, _field(builder, data, 1))
+        argv = cgutils.alloca_once(builder, i8p)
+        builder.store(ir.Constant(i8p, None), argv)
+        dims = cgutils.alloca_once(builder, intp)
+        builder.store(llnch, dims)
+        steps = cgutils.alloca_once(builder, intp)
+        builder.store(ir.Constant(intp, 1), steps)
+        # get_num_threads returns a C int (a parfor in the same module declares it intp)
+        get_num_threads = cgutils.get_or_insert_function(mod, ir.FunctionType(_I32, []), "get_num_threads")
+        nthreads = builder.call(get_num_threads, [])
+        if nthreads.type != intp:
+            nthreads = builder.sext(nthreads, intp)
+        serial = builder.or_(builder.icmp_signed("<=", nthreads, ir.Constant(intp, 1)),
+                             builder.icmp_signed("<=", llnch, ir.Constant(intp, 1)))
+        with builder.if_else(serial) as (on_this_thread, on_threads):
+            with on_this_thread:
+                builder.call(wfn, [argv, dims, steps, builder.bitcast(data, i8p)])
+            with on_threads:
+                pfor = cgutils.get_or_insert_function(
+                    mod, ir.FunctionType(ir.VoidType(), [i8p] * 5 + [intp] * 3), "numba_parallel_for")
+                builder.call(pfor, [builder.bitcast(wfn, i8p), builder.bitcast(argv, i8p),
+                                    builder.bitcast(dims, i8p), builder.bitcast(steps, i8p),
+                                    builder.bitcast(data, i8p), ir.Constant(intp, 0), ir.Constant(intp, 1),
+                                    nthreads])
+        return context.get_dummy_value()
+
+    return types.none(fn, nch, args), codegen
+
+
+class _NoAliasCompiler(_FunctionCompiler):
+    def _customize_flags(self, flags):
+        flags.noalias = True
+        return flags
+
+
+def chunk_njit(**options):
+    """`njit(**options)` for a chunk body: its array arguments are compiled as `noalias`
+    (LLVM may assume no two of them share memory), as Numba compiles a prange body whose
+    arrays its alias analysis finds distinct. Without it a chunk of the GMM benchmark's
+    loops ran 1.3x slower than the same loop in a prange. Chunk arguments are distinct
+    buffers of the memory plan; the one overlap it makes, an elementwise loop writing over
+    an operand at the point it reads it (codegen/memory.py), reads each element before it
+    writes it."""
+    def decorate(fn):
+        d = njit(**options)(fn)
+        if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):
+            d._compiler.__class__ = _NoAliasCompiler
+        return d
+    return decorate
+
+
+def parallel_chunks_py(fn, nch, args):
+    """The Python form (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
+    for ch in range(nch):
+        fn(ch, nch, *args)

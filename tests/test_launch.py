@@ -1,0 +1,83 @@
+"""codegen/launch.py: chunks on Numba's threads without a parfor."""
+import numba
+import numpy as np
+import pytest
+from numba import njit
+
+from jitgraph.codegen.launch import chunk_njit, parallel_chunks, parallel_chunks_py
+
+
+@njit
+def _count_chunk(ch, nch, counts, seen_nch, scale, offset):
+    counts[ch] += 1
+    seen_nch[ch] = nch
+    lo = ch * 1000 // nch
+    hi = (ch + 1) * 1000 // nch
+    s = 0.0
+    for i in range(lo, hi):
+        s += scale * i + offset
+    counts[nch + ch] = s
+
+
+@njit
+def _run(nch, counts, seen_nch, scale, offset):
+    parallel_chunks(_count_chunk, nch, (counts, seen_nch, scale, offset))
+
+
+@pytest.mark.parametrize("threads", [1, None])
+@pytest.mark.parametrize("nch", [0, 1, 2, 3, 7, 16])
+def test_every_chunk_runs_once_with_its_arguments(nch, threads):
+    counts = np.zeros(2 * max(nch, 1))
+    seen = np.full(max(nch, 1), -1, dtype=np.int64)
+    saved = numba.get_num_threads()
+    try:
+        if threads:
+            numba.set_num_threads(threads)
+        _run(nch, counts, seen, 0.5, np.int64(3))
+    finally:
+        numba.set_num_threads(saved)
+    expect_counts = np.zeros_like(counts)
+    expect_seen = np.full_like(seen, -1)
+    parallel_chunks_py(_count_chunk.py_func, nch, (expect_counts, expect_seen, 0.5, 3))
+    np.testing.assert_array_equal(counts, expect_counts)
+    np.testing.assert_array_equal(seen, expect_seen)
+    assert (counts[:nch] == 1).all() and (seen[:nch] == nch).all()
+
+
+@chunk_njit(error_model="numpy", fastmath=True)
+def _sum_chunk(ch, nch, x, part):
+    lo = ch * x.shape[0] // nch
+    hi = (ch + 1) * x.shape[0] // nch
+    s = 0.0
+    for i in range(lo, hi):
+        s += np.exp(x[i])
+    part[ch] = s
+
+
+@njit(error_model="numpy", fastmath=True)
+def _chunked_sum(x):
+    nch = 16
+    part = np.zeros(nch)
+    parallel_chunks(_sum_chunk, nch, (x, part))
+    return part
+
+
+def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
+    x = np.random.default_rng(0).standard_normal(100_003)
+    every = _chunked_sum(x)
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _chunked_sum(x)
+    finally:
+        numba.set_num_threads(saved)
+    serial = np.zeros(16)
+    for ch in range(16):
+        _sum_chunk(ch, 16, x, serial)
+    np.testing.assert_array_equal(every, one)
+    np.testing.assert_array_equal(every, serial)
+    np.testing.assert_allclose(every.sum(), np.exp(x).sum(), rtol=1e-12)
+    (cres,) = _sum_chunk.overloads.values()
+    assert cres.fndesc.noalias                       # compiled like a prange body
+    (plain,) = _count_chunk.overloads.values()
+    assert not plain.fndesc.noalias
