@@ -474,11 +474,13 @@ class GroupEmitter:
         fn = pre
         if chunk is not None:
             if self.threaded:
-                fn.append(self._chunk_call(chunk, threaded=True))
-            elif em.exact or len(chunk) > OUTLINE_LINES:
-                # An exact pair of builds calls the chunk body as a function from both (inlined
-                # in a plain loop, LLVM vectorized its sums differently: other last bits); a
-                # long body compiles faster as its own function
+                fn.append(self._chunk_call(chunk, "parallel_chunks"))
+            elif em.exact:
+                # the serial build of an exact pair runs the chunks through the threaded build's
+                # wrapper (inlined in a plain loop, LLVM vectorized the sums differently)
+                fn.append(self._chunk_call(chunk, "serial_chunks"))
+            elif len(chunk) > OUTLINE_LINES:
+                # a long body compiles faster as its own function
                 fn += ["for ch in range(nch):", "    " + self._chunk_call(chunk)]
             else:
                 fn += ["for ch in range(nch):"] + ["    " + ln for ln in chunk]
@@ -490,9 +492,10 @@ class GroupEmitter:
         else:
             em.body += fn
 
-    def _chunk_call(self, chunk, threaded=False):
+    def _chunk_call(self, chunk, launch=None):
         """A call of the chunk body as a function `f(ch, nch, ...)`: once per chunk in a plain
-        loop, or all chunks on Numba's threads (`_rt.parallel_chunks`, codegen/launch.py).
+        loop, or all chunks through `_rt.<launch>` (parallel_chunks: on Numba's threads,
+        serial_chunks: in order; codegen/launch.py).
         Its text names values locally (so that equal chunks share one function); in an
         inline group the arguments are the entry's."""
         label = f"group_{self.g.seq}_chunk"
@@ -508,8 +511,8 @@ class GroupEmitter:
             params = ["ch", "nch"] + lparams + [v for v, _ in views]
             args = largs + [a for _, a in views]
         fname = self.em.function_name(lines, label, params, chunk=True)
-        if threaded:
-            return f"_rt.parallel_chunks({fname}, nch, ({', '.join(args)},))"
+        if launch:
+            return f"_rt.{launch}({fname}, nch, ({', '.join(args)},))"
         # the chunk index as int64 in both builds: one compiled instance
         return f"{fname}(np.int64(ch), nch, {', '.join(args)})"
 

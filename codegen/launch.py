@@ -40,9 +40,8 @@ def _field(builder, ptr, k):
     return builder.gep(ptr, [ir.Constant(_I32, 0), ir.Constant(_I32, k)])
 
 
-@intrinsic
-def parallel_chunks(typingctx, fn, nch, args):
-    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads (see the module doc)."""
+def _chunks(typingctx, fn, nch, args, threads):
+    """Typing and codegen of `parallel_chunks` (threads=True) and `serial_chunks`."""
     if not isinstance(fn, types.Dispatcher) or not isinstance(nch, types.Integer) \
             or not isinstance(args, types.BaseTuple):
         return None
@@ -58,13 +57,16 @@ def parallel_chunks(typingctx, fn, nch, args):
         intp = context.get_value_type(types.intp)
         data_t = ir.LiteralStructType([lltup.type, intp])
 
-        # the wrapper: void(char **args, intp *dims, intp *steps, void *data), the gufunc
+        # The wrapper: void(char **args, intp *dims, intp *steps, void *data), the gufunc
         # contract of parallel_for. A thread gets args[0] = (char *) first chunk (base NULL,
-        # step 1) and dims[0] = its count of chunks.
+        # step 1) and dims[0] = its count of chunks. Neither the wrapper nor the chunk
+        # function is inlined into its caller, so every caller (the threads, the calling
+        # thread, a serial build) runs the same instructions: the same bits.
         wty = ir.FunctionType(ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
         wfn = cgutils.get_or_insert_function(mod, wty, f"jg_chunks_{cres.fndesc.mangled_name}")
         if wfn.is_declaration:
             wfn.linkage = "internal"
+            wfn.attributes.add("noinline")
             wb = ir.IRBuilder(wfn.append_basic_block("entry"))
             wargs, wdims, _, wdata = wfn.args
             first = wb.ptrtoint(wb.load(wargs), intp)
@@ -76,7 +78,7 @@ def parallel_chunks(typingctx, fn, nch, args):
             callee = context.declare_function(mod, cres.fndesc)
             with cgutils.for_range(wb, count) as loop:
                 context.call_conv.call_function(wb, callee, callsig.return_type, callsig.args,
-                                                [wb.add(first, loop.index), total] + vals)
+                                                [wb.add(first, loop.index), total] + vals, attrs=("noinline",))
             wb.ret_void()
 
         data = cgutils.alloca_once(builder, data_t)
@@ -88,6 +90,10 @@ def parallel_chunks(typingctx, fn, nch, args):
         builder.store(llnch, dims)
         steps = cgutils.alloca_once(builder, intp)
         builder.store(ir.Constant(intp, 1), steps)
+        wargs = [argv, dims, steps, builder.bitcast(data, i8p)]
+        if not threads:
+            builder.call(wfn, wargs)
+            return context.get_dummy_value()
         # get_num_threads returns a C int (a parfor in the same module declares it intp)
         get_num_threads = cgutils.get_or_insert_function(mod, ir.FunctionType(_I32, []), "get_num_threads")
         nthreads = builder.call(get_num_threads, [])
@@ -97,17 +103,28 @@ def parallel_chunks(typingctx, fn, nch, args):
                              builder.icmp_signed("<=", llnch, ir.Constant(intp, 1)))
         with builder.if_else(serial) as (on_this_thread, on_threads):
             with on_this_thread:
-                builder.call(wfn, [argv, dims, steps, builder.bitcast(data, i8p)])
+                builder.call(wfn, wargs)
             with on_threads:
                 pfor = cgutils.get_or_insert_function(
                     mod, ir.FunctionType(ir.VoidType(), [i8p] * 5 + [intp] * 3), "numba_parallel_for")
-                builder.call(pfor, [builder.bitcast(wfn, i8p), builder.bitcast(argv, i8p),
-                                    builder.bitcast(dims, i8p), builder.bitcast(steps, i8p),
-                                    builder.bitcast(data, i8p), ir.Constant(intp, 0), ir.Constant(intp, 1),
-                                    nthreads])
+                builder.call(pfor, [builder.bitcast(wfn, i8p)] + [builder.bitcast(a, i8p) for a in wargs]
+                             + [ir.Constant(intp, 0), ir.Constant(intp, 1), nthreads])
         return context.get_dummy_value()
 
     return types.none(fn, nch, args), codegen
+
+
+@intrinsic
+def parallel_chunks(typingctx, fn, nch, args):
+    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads (see the module doc)."""
+    return _chunks(typingctx, fn, nch, args, threads=True)
+
+
+@intrinsic
+def serial_chunks(typingctx, fn, nch, args):
+    """fn(ch, nch, *args) for ch in range(nch) on the calling thread, through the same
+    wrapper as `parallel_chunks`: a serial build that computes a threaded build's bits."""
+    return _chunks(typingctx, fn, nch, args, threads=False)
 
 
 class _NoAliasCompiler(_FunctionCompiler):
@@ -117,7 +134,10 @@ class _NoAliasCompiler(_FunctionCompiler):
 
 
 def chunk_njit(**options):
-    """`njit(**options)` for a chunk body: its array arguments are compiled as `noalias`
+    """`njit(**options)` for a chunk body, which compiled code calls, never Python: without
+    the Python and C wrappers Numba would build for it (~75 ms of compile for a chunk of 13
+    arrays; a call from Python would jump to the missing wrapper and crash), and with its
+    array arguments compiled as `noalias`
     (LLVM may assume no two of them share memory), as Numba compiles a prange body whose
     arrays its alias analysis finds distinct. Without it a chunk of the GMM benchmark's
     loops ran 1.3x slower than the same loop in a prange. Chunk arguments are distinct
@@ -125,7 +145,7 @@ def chunk_njit(**options):
     an operand at the point it reads it (codegen/memory.py), reads each element before it
     writes it."""
     def decorate(fn):
-        d = njit(**options)(fn)
+        d = njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, **options)(fn)
         if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):
             d._compiler.__class__ = _NoAliasCompiler
         return d
@@ -133,6 +153,6 @@ def chunk_njit(**options):
 
 
 def parallel_chunks_py(fn, nch, args):
-    """The Python form (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
+    """The Python form of both (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
     for ch in range(nch):
         fn(ch, nch, *args)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from jitgraph.codegen.launch import chunk_njit, parallel_chunks, parallel_chunks_py
+from jitgraph.codegen.launch import chunk_njit, parallel_chunks, parallel_chunks_py, serial_chunks
 
 
 @njit
@@ -62,6 +62,13 @@ def _chunked_sum(x):
     return part
 
 
+@njit(error_model="numpy", fastmath=True)
+def _serial_sum(x):
+    part = np.zeros(16)
+    serial_chunks(_sum_chunk, 16, (x, part))
+    return part
+
+
 def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
     x = np.random.default_rng(0).standard_normal(100_003)
     every = _chunked_sum(x)
@@ -71,9 +78,7 @@ def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
         one = _chunked_sum(x)
     finally:
         numba.set_num_threads(saved)
-    serial = np.zeros(16)
-    for ch in range(16):
-        _sum_chunk(ch, 16, x, serial)
+    serial = _serial_sum(x)
     np.testing.assert_array_equal(every, one)
     np.testing.assert_array_equal(every, serial)
     np.testing.assert_allclose(every.sum(), np.exp(x).sum(), rtol=1e-12)

@@ -208,7 +208,7 @@ def test_serial_and_threaded_builds_compute_the_same_bits():
     serial = codegen.compile_graph(graph, threads=False, exact=True)
     threaded = codegen.compile_graph(graph, threads=True, exact=True)
     body = serial.source.split("def kernel")[1]
-    assert "_rt.parallel_chunks(" not in body and "range(nch)" in body and "_rt.matmul2d_par(" in body
+    assert "_rt.parallel_chunks(" not in body and "_rt.serial_chunks(" in body and "_rt.matmul2d_par(" in body
     assert "_rt.parallel_chunks(" in threaded.source
     assert serial.upgradable and serial.threads and threaded.threads and not threaded.upgradable
     assert serial.exact and threaded.exact

@@ -150,7 +150,7 @@ def test_wait_true_serves_the_serial_build_then_the_threaded_one_with_the_same_b
     assert f.cache_info().interpreted_calls == 0
     first = f._entries[next(iter(f._entries))]
     if first.lowered.program.upgradable:       # not yet replaced by the threaded build
-        assert "_rt.parallel_chunks(" not in first.lowered.source and "range(nch)" in first.lowered.source
+        assert "_rt.parallel_chunks(" not in first.lowered.source and "_rt.serial_chunks(" in first.lowered.source
     assert f.wait(timeout=600) and f.ready()
     low = f.lower(W_BIG)
     assert low.program.threads and "_rt.parallel_chunks(" in low.source and not low.program.upgradable
