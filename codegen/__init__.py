@@ -19,12 +19,10 @@ from .pymode import python_kernel
 VIEW_FUNCTIONS_MAX_RATIO = 2
 
 
-def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), threads=True, exact=False):
-    """(partition, source, emitter) for `graph` without compiling anything; threads=False
-    emits the exact serial build of a parallel program, exact=True a threaded build that
-    computes its bits (see `compile_graph`)."""
+def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
+    """(partition, source, emitter) for `graph` without compiling anything."""
     part = Partition(graph)
-    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, threads=threads, exact=exact)
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath)
     source = em.emit()
     if em.driver and part.index_views:
         # A long program's Python entry compiles one function per distinct loop text, which
@@ -33,7 +31,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), thr
         # 5 s became 31 s), so such a program keeps its copies when views would multiply the
         # functions to compile.
         plain = Partition(graph, index_views=False)
-        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath, threads=threads, exact=exact)
+        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath)
         source_plain = em_plain.emit()
         if len(em.functions) > VIEW_FUNCTIONS_MAX_RATIO * len(em_plain.functions):
             return plain, source_plain, em_plain
@@ -48,26 +46,24 @@ def memory_report(graph, parallel=True):
 
 
 def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba",
-                  target="cpu", threads=True, exact=False):
+                  target="cpu", threads=True):
     """Fuse, emit and build `graph`; backend "python" runs the source without Numba.
 
     target "cuda" builds numba.cuda kernels plus host code (codegen/emit_cuda.py).
     threads=False builds a parallel program without its parallel chunks (each chunk body is
-    a function of its own, ~0.2 s of compile), in plain loops with single-threaded products.
-    Builds with exact=True pair up: the serial one keeps the threaded build's chunks and
-    runs them one after another, and calls the same (threaded) product helpers, and both
-    call each chunk body as a function, so they compute the same bits. `Program.threads`
-    says whether the program runs threads (parallel chunks or threaded products),
-    `Program.upgradable` whether a threaded build would add some, `Program.exact` whether
-    it computes the threaded build's bits.
+    a function of its own, ~0.1-0.2 s of compile), in plain loops with single-threaded
+    products: it compiles sooner and computes the same values up to rounding. The threaded
+    build computes the same bits on any number of threads. `Program.threads` says whether
+    the program runs threads (parallel chunks or threaded products), `Program.upgradable`
+    whether a threaded build would add some.
     """
     if target == "cuda":
         return compile_graph_cuda(graph)
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
-    part, source, em = generate(graph, parallel, fastmath, threads=threads or not exact, exact=exact)
-    upgradable = not threads and (em.chunked if exact else uses_threads(source))
-    if not threads and not exact and upgradable:
+    part, source, em = generate(graph, parallel, fastmath)
+    upgradable = not threads and uses_threads(source)
+    if upgradable:
         part, source, em = generate(graph, False, fastmath)
     if backend == "python":
         kernel, module, path = python_kernel(source), None, None
@@ -77,7 +73,6 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     program = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
     program.threads = uses_threads(source)
     program.upgradable = upgradable
-    program.exact = exact or (not threads and not upgradable)
     return program
 
 

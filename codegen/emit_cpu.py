@@ -6,7 +6,7 @@ Layout of a generated module:
   in order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
   `codegen/runtime.py`) and the fused loop groups. A group's outer loop is
   split into a fixed number of chunks, each accumulating its reductions into
-  its own slot of a partial buffer. In a threaded build the chunk body is a
+  its own slot of a partial buffer. The chunk body is a
   function of its own (`@_rt.chunk_njit`) that `_rt.parallel_chunks` runs on all
   cores (codegen/launch.py; no `prange`, whose parfor passes cost 0.15-0.8 s of
   compile per loop). The chunk count depends only on sizes, never on the thread
@@ -49,7 +49,6 @@ MAX_CHUNKS = 16
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
 NJIT_ENTRY_MAX_STEPS = 48
-OUTLINE_LINES = 40         # parallel chunk bodies longer than this become their own function
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 
 
@@ -113,7 +112,7 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None, threads=True, exact=False):
+                 prefix="", shared=None):
         super().__init__(graph, partition)
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -121,11 +120,6 @@ class Emitter(EmitterBase):
         self.extra_consts = []     # (name, array) passed after the const args: subgraph data
         self.n_subs = 0
         self.parallel = parallel
-        # threads=False: the serial build of a parallel program. Its loops split into the same
-        # chunks, run one after another, and its products call the same threaded helpers, so
-        # it computes the same bits as the threaded build
-        self.threads = threads
-        self.exact = exact or not threads     # chunk bodies as functions (see GroupEmitter.emit)
         self.fastmath = tuple(fastmath)
         # the entry function's buffers come from one workspace arena (`ws`, slot offsets
         # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
@@ -141,7 +135,6 @@ class Emitter(EmitterBase):
         self.users = graph.users()
         self.functions = []       # module-level functions: loop groups, subgraph kernels
         self.imports = []         # module-level imports lowerings need (`require`)
-        self.chunked = False      # some loop runs in chunks (on threads, or not when threads=False)
         self.driver = False
         if sum(n.op in ("sin", "cos") for n in graph.nodes) > INLINE_TRIG_MAX:
             self.spell = spell_libm_trig
@@ -414,13 +407,6 @@ class GroupEmitter:
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
         self.views = {}           # name -> (node, prefix, suffix): what the group defines before its loop
         self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN    # in chunks
-        em.chunked |= self.parallel
-        if self.parallel and not em.threads and not any(
-                s.size == 1 or (0 in s.p["axes"] and g.shape[0] != 1) for s in self.plan.sinks):
-            # serial build: chunks change no result when no sum runs across them (each point
-            # is computed alike in any order), and a plain loop compiles faster
-            self.parallel = False
-        self.threaded = self.parallel and em.threads               # chunks on Numba's threads
 
     # ---- values ------------------------------------------------------------------------------------
     def flat_name(self, x):
@@ -473,17 +459,7 @@ class GroupEmitter:
         alloc, pre, chunk, post = self._parts()
         fn = pre
         if chunk is not None:
-            if self.threaded:
-                fn.append(self._chunk_call(chunk, "parallel_chunks"))
-            elif em.exact:
-                # the serial build of an exact pair runs the chunks through the threaded build's
-                # wrapper (inlined in a plain loop, LLVM vectorized the sums differently)
-                fn.append(self._chunk_call(chunk, "serial_chunks"))
-            elif len(chunk) > OUTLINE_LINES:
-                # a long body compiles faster as its own function
-                fn += ["for ch in range(nch):", "    " + self._chunk_call(chunk)]
-            else:
-                fn += ["for ch in range(nch):"] + ["    " + ln for ln in chunk]
+            fn.append(self._chunk_call(chunk))
             fn += post
         em.body += alloc
         if self.local:
@@ -492,10 +468,9 @@ class GroupEmitter:
         else:
             em.body += fn
 
-    def _chunk_call(self, chunk, launch=None):
-        """A call of the chunk body as a function `f(ch, nch, ...)`: once per chunk in a plain
-        loop, or all chunks through `_rt.<launch>` (parallel_chunks: on Numba's threads,
-        serial_chunks: in order; codegen/launch.py).
+    def _chunk_call(self, chunk):
+        """The chunks on Numba's threads: the chunk body as a function `f(ch, nch, ...)` that
+        `_rt.parallel_chunks` calls (codegen/launch.py).
         Its text names values locally (so that equal chunks share one function); in an
         inline group the arguments are the entry's."""
         label = f"group_{self.g.seq}_chunk"
@@ -511,10 +486,7 @@ class GroupEmitter:
             params = ["ch", "nch"] + lparams + [v for v, _ in views]
             args = largs + [a for _, a in views]
         fname = self.em.function_name(lines, label, params, chunk=True)
-        if launch:
-            return f"_rt.{launch}({fname}, nch, ({', '.join(args)},))"
-        # the chunk index as int64 in both builds: one compiled instance
-        return f"{fname}(np.int64(ch), nch, {', '.join(args)})"
+        return f"_rt.parallel_chunks({fname}, nch, ({', '.join(args)},))"
 
     def _body(self):
         """The loop over the group's domain (chunk bounds lo, hi when parallel)."""
@@ -605,7 +577,7 @@ class GroupEmitter:
         accs = list(self.scalar_accs.values())
         alloc = [f"# group {g.seq}: fused loop over {em.sizes.shape(g.shape)} "
                  f"({'flattened' if self.flat else f'outer axes {tuple(range(g.k))}'}, "
-                 f"{'parallel chunks' if self.threaded else 'chunks, serial' if self.parallel else 'serial'}), "
+                 f"{'parallel chunks' if self.parallel else 'serial'}), "
                  f"{len(g.nodes)} nodes"]
         for x in self.writes.values():
             alloc.append(f"{em.var(x)} = {em.buffer(x)}")

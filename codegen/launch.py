@@ -40,8 +40,9 @@ def _field(builder, ptr, k):
     return builder.gep(ptr, [ir.Constant(_I32, 0), ir.Constant(_I32, k)])
 
 
-def _chunks(typingctx, fn, nch, args, threads):
-    """Typing and codegen of `parallel_chunks` (threads=True) and `serial_chunks`."""
+@intrinsic
+def parallel_chunks(typingctx, fn, nch, args):
+    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads (see the module doc)."""
     if not isinstance(fn, types.Dispatcher) or not isinstance(nch, types.Integer) \
             or not isinstance(args, types.BaseTuple):
         return None
@@ -60,8 +61,8 @@ def _chunks(typingctx, fn, nch, args, threads):
         # The wrapper: void(char **args, intp *dims, intp *steps, void *data), the gufunc
         # contract of parallel_for. A thread gets args[0] = (char *) first chunk (base NULL,
         # step 1) and dims[0] = its count of chunks. Neither the wrapper nor the chunk
-        # function is inlined into its caller, so every caller (the threads, the calling
-        # thread, a serial build) runs the same instructions: the same bits.
+        # function is inlined into its caller, so the workers and the calling thread (on
+        # one thread) run the same instructions: the same bits.
         wty = ir.FunctionType(ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
         wfn = cgutils.get_or_insert_function(mod, wty, f"jg_chunks_{cres.fndesc.mangled_name}")
         if wfn.is_declaration:
@@ -91,9 +92,6 @@ def _chunks(typingctx, fn, nch, args, threads):
         steps = cgutils.alloca_once(builder, intp)
         builder.store(ir.Constant(intp, 1), steps)
         wargs = [argv, dims, steps, builder.bitcast(data, i8p)]
-        if not threads:
-            builder.call(wfn, wargs)
-            return context.get_dummy_value()
         # get_num_threads returns a C int (a parfor in the same module declares it intp)
         get_num_threads = cgutils.get_or_insert_function(mod, ir.FunctionType(_I32, []), "get_num_threads")
         nthreads = builder.call(get_num_threads, [])
@@ -112,19 +110,6 @@ def _chunks(typingctx, fn, nch, args, threads):
         return context.get_dummy_value()
 
     return types.none(fn, nch, args), codegen
-
-
-@intrinsic
-def parallel_chunks(typingctx, fn, nch, args):
-    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads (see the module doc)."""
-    return _chunks(typingctx, fn, nch, args, threads=True)
-
-
-@intrinsic
-def serial_chunks(typingctx, fn, nch, args):
-    """fn(ch, nch, *args) for ch in range(nch) on the calling thread, through the same
-    wrapper as `parallel_chunks`: a serial build that computes a threaded build's bits."""
-    return _chunks(typingctx, fn, nch, args, threads=False)
 
 
 class _NoAliasCompiler(_FunctionCompiler):
@@ -153,6 +138,6 @@ def chunk_njit(**options):
 
 
 def parallel_chunks_py(fn, nch, args):
-    """The Python form of both (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
+    """The Python form (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
     for ch in range(nch):
         fn(ch, nch, *args)

@@ -21,7 +21,6 @@ class Program:
         self.consts = consts      # constant arrays passed after the inputs
         self.plan = plan          # the MemoryPlan, or None
         self.threads = self.upgradable = False    # runs threads / a threaded build would add some
-        self.exact = True         # computes the bits of its threaded build (compile_graph)
         # workspace: bytes of the arena and the offsets of its slots, for these sizes; the
         # kernel takes (ws, wofs) after the constants when ws_bytes is not None
         self.ws_bytes, self.ws_offsets = None, None

@@ -14,7 +14,7 @@ from numba.np.arrayobj import populate_array
 
 from .blas import blas_threads_local, gemm_rows
 from .build import enable_cache, helpers_cache_dir
-from .launch import chunk_njit, parallel_chunks, parallel_chunks_py, serial_chunks  # noqa: F401  (used by generated kernels)
+from .launch import chunk_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
 
@@ -225,4 +225,4 @@ enable_cache(list(globals().values()), helpers_cache_dir)
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form
-    parallel_chunks = serial_chunks = parallel_chunks_py
+    parallel_chunks = parallel_chunks_py

@@ -81,7 +81,7 @@ class Entry:
 
     __slots__ = ("lowered", "call", "plain", "desc", "guards", "pool", "obufs", "threads")
 
-    def __init__(self, lowered, guards, desc, target="cpu", reuse=True, serial=None):
+    def __init__(self, lowered, guards, desc, target="cpu", reuse=True):
         graph, prog = lowered.graph, lowered.program
         self.lowered = lowered
         self.pool = []       # free workspace arenas
@@ -151,14 +151,6 @@ class Entry:
                 lines.append(f"    o{k} = empty(OS{k}, OD{k})")
             args.append(f"o{k}")
         call = f"kernel({', '.join(args)})"
-        if serial is not None and serial.exact and prog.exact and prog.threads and _same_arguments(prog, serial):
-            # the thread policy's one-thread mode runs the serial build of the program: the
-            # same bits in plain loops (the threaded build on one thread runs its chunks on the
-            # calling thread too, codegen/launch.py, through one more call per loop)
-            ns["kernels"] = (prog.kernel, serial.kernel)
-            timed_call = f"kernels[tok[0]]({', '.join(args)})"
-        else:
-            timed_call = call
         locked = target == "cpu" and prog.threads and _PARALLEL_LOCK is not None
         if locked:
             # one parallel launch at a time (see _PARALLEL_LOCK)
@@ -173,7 +165,7 @@ class Entry:
             # loops are in runtime helpers would otherwise run them on one thread)
             self.threads = ThreadPolicy(on_inactive=self._untimed)
             ns.update(begin=self.threads.begin, end=self.threads.end, clock=clock)
-            timed_lines = (["tok = begin()", "t0 = clock()", "try:"] + ["    " + ln for ln in call_lines(timed_call)]
+            timed_lines = (["tok = begin()", "t0 = clock()", "try:"] + ["    " + ln for ln in call_lines(call)]
                            + ["finally:", "    end(tok, clock() - t0)"])
         head = lines
         variants = {}
@@ -211,18 +203,6 @@ class Entry:
     def _untimed(self):
         """The thread policy stopped measuring (short calls): drop its timing from the calls."""
         self.call = self.plain
-
-
-def _same_arguments(prog, other):
-    """Can `other`'s kernel (another build of the same graph) take `prog`'s arguments?"""
-    try:
-        return bool(list(other.sizes) == list(prog.sizes) and other.ws_bytes == prog.ws_bytes
-                    and np.array_equal(other.ws_offsets, prog.ws_offsets)
-                    and len(other.consts) == len(prog.consts)
-                    and all(a is b or np.array_equal(a, b) for a, b in zip(other.consts, prog.consts))
-                    and list(getattr(other, "out_specs", ())) == list(getattr(prog, "out_specs", ())))
-    except (TypeError, ValueError):
-        return False
 
 
 def _build_tree(td, outs, ns):

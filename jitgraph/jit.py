@@ -173,8 +173,6 @@ class JitFunction:
                 compile_server.start()      # its imports overlap the trace
             if self._tiered():
                 entry = self._tiered_entry(key, fun, dyn, argnums, desc)
-            elif self._native_cpu() and self._serial_first() and env_int("JITGRAPH_EXACT_SERIAL", 0):
-                entry = self._serial_entry(key, fun, dyn, argnums, desc)
             else:
                 entry = lower(fun, dyn, argnums, self._options(), self.fun, desc, self._stats)
                 self._debug(entry.lowered)
@@ -208,8 +206,7 @@ class JitFunction:
 
         def build_():
             # plain loops: compiled calls start soonest (the tiers differ in rounding anyway)
-            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial,
-                         exact=False)
+            return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial)
 
         def ready(entry):
             with self._lock:
@@ -223,27 +220,16 @@ class JitFunction:
         tiered = TieredEntry(graph, guard_list, desc, build_, ready, self._stats)
         return tiered
 
-    def _serial_entry(self, key, fun, dyn, argnums, desc):
-        """wait=True with JITGRAPH_EXACT_SERIAL=1: compile the exact serial build now (the
-        threaded build's bits, see `_serial_first`) and the threaded build in the background.
-        Opt-in: the first call comes 1.6-2.7x sooner, but the pair's outlined chunk bodies ran
-        some programs slower (the GMM benchmark 8.2 ms against 6.5)."""
-        options, graph, guard_list, trace_time = self._trace(fun, dyn, argnums)
-        entry = build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=False, exact=True)
-        self._debug(entry.lowered)
-        self._upgrade(key, entry, graph, dyn, guard_list, desc, trace_time)
-        return entry
-
     def _serial_first(self):
-        """A new signature of a parallel program is built without its prange loops first, then
-        with them in the background (JITGRAPH_SERIAL_FIRST, default on): compiled calls start
-        at a third to a half of the compile time (each prange costs Numba ~0.4 s). Tiered
-        calls get plain loops first (results equal to rounding, like the tiers). With
-        wait=True and JITGRAPH_EXACT_SERIAL=1 the serial build runs the threaded build's
-        chunks one after another and the same threaded products, so both builds compute the
-        same bits, and the thread policy's one-thread mode then runs the serial build (no
-        parallel launch at all); otherwise wait=True compiles the threaded build only."""
-        return self.parallel and bool(env_int("JITGRAPH_SERIAL_FIRST", 1))
+        """JITGRAPH_SERIAL_FIRST=1 (opt-in): a tiered signature of a parallel program is built
+        with plain loops first, then with its parallel chunks in the background. Compiled
+        calls start sooner (over the 17 programs of benchmarks/compile.py, 12% sooner in
+        geometric mean; the transformer block 6.8 s against 10.9 s), but the threaded build
+        then competes with those calls for the cores, and calls ran at full speed 1.5-3x
+        later (the MLP 16.0 s against 5.4 s). By default the threaded build, whose results
+        are the same bits on any number of threads, is the only one; wait=True always
+        compiles it only."""
+        return self.parallel and bool(env_int("JITGRAPH_SERIAL_FIRST", 0))
 
     def _upgrade(self, key, entry, graph, dyn, guard_list, desc, trace_time):
         """Compile the threaded build of `entry`'s program in the background, if it would add
@@ -253,9 +239,7 @@ class JitFunction:
             return
 
         def build_threaded():
-            serial = entry.lowered.program
-            return build(graph, dyn, self._options(), guard_list, desc, collections.Counter(), trace_time,
-                         serial=serial, exact=serial.exact)
+            return build(graph, dyn, self._options(), guard_list, desc, collections.Counter(), trace_time)
 
         def install(threaded):
             with self._lock:
@@ -465,10 +449,7 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             ready. The tiers agree to rounding, not bit for bit. `f.ready()` / `f.wait()`
             tell or wait; `cache_info()` counts the calls each tier served; a failed
             background compile is a `CompileWarning` and the interpreter keeps serving.
-            With wait=True, every call runs compiled code and computes the same bits
-            (JITGRAPH_EXACT_SERIAL=1: the first call compiles the program without parallel
-            chunks: the same chunks run one after another, and the threaded build that
-            follows in the background, which `f.wait()` waits for, computes the same bits).
+            With wait=True, every call runs compiled code and computes the same bits.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
     groups, `.memory` report); `f.cache_info()` the cache counters.

@@ -123,15 +123,13 @@ def trace(fun, dyn, argnums, options, guard_fun, stats):
     return graph
 
 
-def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True, serial=None,
-          exact=False):
+def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):
     """Generate and compile the program of a traced graph (applying the remat policy first),
     and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
     the globals and closure cells the trace read (`signature.guards`, taken when it traced).
-    threads=False builds the program without parallel chunks (`codegen.compile_graph`; exact
-    keeps the threaded build's bits; `entry.lowered.program.upgradable` says whether a
-    threaded build would differ); `serial`, an exact serial build's Program, is what the
-    threaded build's one-thread mode runs."""
+    threads=False builds the program with plain loops and products on one thread
+    (`codegen.compile_graph`; `entry.lowered.program.upgradable` says whether a threaded
+    build would differ)."""
     t1 = time.perf_counter()
     target = resolved_target(options["target"])
     if options["grad"]:
@@ -139,10 +137,10 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
         graph = apply_policy(graph, options["remat"],
                              lambda g: codegen.memory_report(g, parallel=options["parallel"]))
     program = codegen.compile_graph(graph, parallel=options["parallel"], backend=options["backend"],
-                                    target=target, threads=threads, exact=exact)
+                                    target=target, threads=threads)
     leaves, _ = tree_flatten(tuple(dyn))
     lowered = Lowered(graph, program, {})
-    entry = Entry(lowered, guard_list, desc, target, reuse=options["reuse_buffers"], serial=serial)
+    entry = Entry(lowered, guard_list, desc, target, reuse=options["reuse_buffers"])
     # Numba compiles lazily: compile now (for the argument types of a call on `dyn`, or by
     # running the call when the entry is Python) so the first call's cost is all here, and
     # find out whether this was a compile, a disk-cache load or an in-process reuse

@@ -12,10 +12,9 @@ speed up or slow down), so a load that comes or goes is followed within a few ca
 
 The mode changes thread counts. On one thread a kernel's parallel chunks run on the calling
 thread, without waking Numba's workers (codegen/launch.py; a workqueue launch took 70-100 us
-on this virtual machine even on one thread), and where a program has an exact serial build
-(JITGRAPH_EXACT_SERIAL=1 under wait=True) the one-thread mode runs that. Parallel loops and
-products split their work into pieces that depend on the sizes alone, run in any order, so
-results are the same bits in both modes.
+on this virtual machine even on one thread). Parallel loops and products split their work
+into pieces that depend on the sizes alone, run in any order, so results are the same bits
+in both modes.
 
 JITGRAPH_THREADS chooses the policy: "adaptive" (the default), "all" (never lower the thread
 count) or "one" (every compiled call on one thread).

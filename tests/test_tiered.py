@@ -124,7 +124,8 @@ def _big_loss(w):
 W_BIG = np.random.default_rng(6).standard_normal((400, 200))
 
 
-def test_tiered_calls_build_serially_first_then_threaded(monkeypatch):
+def test_serial_first_builds_serially_first_then_threaded(monkeypatch):
+    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "1")
     f = jg.jit_grad(_big_loss, wait=False)
     want = jg.value_and_grad(_big_loss)(W_BIG)
     seen = set()
@@ -143,36 +144,28 @@ def test_tiered_calls_build_serially_first_then_threaded(monkeypatch):
     assert f.cache_info().traces == 1
 
 
-def test_wait_true_serves_the_serial_build_then_the_threaded_one_with_the_same_bits(monkeypatch):
-    monkeypatch.setenv("JITGRAPH_EXACT_SERIAL", "1")
+def test_wait_true_compiles_the_threaded_build_whose_bits_do_not_depend_on_threads(monkeypatch):
     f = jg.jit_grad(_big_loss, wait=True)
     v0, g0 = f(W_BIG)
-    assert f.cache_info().interpreted_calls == 0
-    first = f._entries[next(iter(f._entries))]
-    if first.lowered.program.upgradable:       # not yet replaced by the threaded build
-        assert "_rt.parallel_chunks(" not in first.lowered.source and "_rt.serial_chunks(" in first.lowered.source
-    assert f.wait(timeout=600) and f.ready()
+    assert f.cache_info().interpreted_calls == 0 and f.ready()
     low = f.lower(W_BIG)
     assert low.program.threads and "_rt.parallel_chunks(" in low.source and not low.program.upgradable
-    v1, g1 = f(W_BIG)
-    assert v1 == v0 and np.array_equal(g1, g0)        # the same chunks: the same bits
-    entry = f._entries[next(iter(f._entries))]
-    kernels = entry.call.__globals__["kernels"]      # all threads: threaded build; one: serial
-    assert kernels[0] is low.program.kernel and kernels[1] is not kernels[0]
     monkeypatch.setenv("JITGRAPH_THREADS", "one")
     h = jg.jit_grad(_big_loss, wait=True)
-    h(W_BIG)
-    assert h.wait(timeout=600)
-    v2, g2 = h(W_BIG)
-    assert v2 == v0 and np.array_equal(g2, g0)
+    v1, g1 = h(W_BIG)
+    assert h.ready() and h.lower(W_BIG).source == low.source
+    assert v1 == v0 and np.array_equal(g1, g0)        # the same chunks: the same bits
 
 
-def test_serial_first_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("JITGRAPH_SERIAL_FIRST", "0")
+def test_tiered_calls_build_the_threaded_build_only(monkeypatch):
+    monkeypatch.delenv("JITGRAPH_SERIAL_FIRST", raising=False)
     g = jg.jit_grad(lambda w: _big_loss(w) * 2.0, wait=False)
     g(W_BIG)
     assert g.wait(timeout=600)
-    assert g.lower(W_BIG).program.threads
+    g(W_BIG)
+    entry = next(iter(g._entries.values()))
+    assert not hasattr(entry, "ready") and entry.lowered.program.threads    # compiled, threaded
+    assert not g._upgrades and g.cache_info().compiles == 1                 # no serial build first
     h = jg.jit_grad(lambda w: _big_loss(w) * 3.0, wait=True)
     h(W_BIG)
     assert h.ready() and h.lower(W_BIG).program.threads
