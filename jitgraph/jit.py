@@ -262,8 +262,8 @@ class JitFunction:
 
     def ready(self, *args):
         """Is every signature traced so far compiled in its final form (or, given arguments,
-        theirs)? Before that, calls run on the NumPy interpreter or on the serial build of
-        the parallel loops (see `jit`'s `wait`)."""
+        theirs)? Before that, calls run on the NumPy interpreter (or, with
+        JITGRAPH_SERIAL_FIRST=1, on a serial build; see `jit`'s `wait`)."""
         return all(e.ready() for e in self._pending(args))
 
     def wait(self, *args, timeout=None):
