@@ -6,12 +6,12 @@ Layout of a generated module:
   in order: library ops (BLAS matmul, slicing, gathers; precompiled helpers in
   `codegen/runtime.py`) and the fused loop groups. A group's outer loop is
   split into a fixed number of chunks, each accumulating its reductions into
-  its own slot of a partial buffer. The chunk body is a
-  function of its own (`@_rt.chunk_njit`) that `_rt.parallel_chunks` runs on all
-  cores (codegen/launch.py; no `prange`, whose parfor passes cost 0.15-0.8 s of
-  compile per loop). The chunk count depends only on sizes, never on the thread
-  count, so results are identical for any number of threads. Stored values live in slots of the
-  workspace arena `ws` at byte offsets `wofs`, as planned by
+  its own slot of a partial buffer. The chunk body is a function of its own
+  (`@_rt.chunk_njit`) that `_rt.parallel_chunks` runs on all cores
+  (codegen/launch.py; no `prange`, whose parfor passes cost 0.15-0.8 s of compile
+  per loop). The chunk count depends only on sizes, never on the thread count, so
+  results are identical for any number of threads. Stored values live in slots
+  of the workspace arena `ws` at byte offsets `wofs`, as planned by
   `codegen/memory.py`; outputs are new arrays.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
   loops inline (one function compiles faster than several). Longer programs
@@ -470,9 +470,9 @@ class GroupEmitter:
 
     def _chunk_call(self, chunk):
         """The chunks on Numba's threads: the chunk body as a function `f(ch, nch, ...)` that
-        `_rt.parallel_chunks` calls (codegen/launch.py).
-        Its text names values locally (so that equal chunks share one function); in an
-        inline group the arguments are the entry's."""
+        `_rt.parallel_chunks` calls (codegen/launch.py). Its text names values locally (so
+        that equal chunks share one function); in an inline group the arguments are the
+        entry's."""
         label = f"group_{self.g.seq}_chunk"
         if self.local:
             params = ["ch", "nch"] + self.n.signature()[0] + list(self.views)
