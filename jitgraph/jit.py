@@ -205,7 +205,7 @@ class JitFunction:
         serial = self._serial_first()
 
         def build_():
-            # plain loops: compiled calls start soonest (the tiers differ in rounding anyway)
+            # the threaded build, or plain loops first under JITGRAPH_SERIAL_FIRST=1
             return build(graph, dyn, options, guard_list, desc, self._stats, trace_time, threads=not serial)
 
         def ready(entry):
