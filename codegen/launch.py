@@ -119,16 +119,16 @@ class _NoAliasCompiler(_FunctionCompiler):
 
 
 def chunk_njit(**options):
-    """`njit(**options)` for a chunk body, which compiled code calls, never Python: without
-    the Python and C wrappers Numba would build for it (~75 ms of compile for a chunk of 13
-    arrays; a call from Python would jump to the missing wrapper and crash), and with its
-    array arguments compiled as `noalias`
-    (LLVM may assume no two of them share memory), as Numba compiles a prange body whose
-    arrays its alias analysis finds distinct. Without it a chunk of the GMM benchmark's
-    loops ran 1.3x slower than the same loop in a prange. Chunk arguments are distinct
-    buffers of the memory plan; the one overlap it makes, an elementwise loop writing over
-    an operand at the point it reads it (codegen/memory.py), reads each element before it
-    writes it."""
+    """`njit(**options)` for a chunk body, which compiled code calls, never Python.
+
+    Without the Python and C wrappers Numba would build for it: ~75 ms of compile for a
+    chunk of 13 arrays (a call from Python would jump to the missing wrapper and crash).
+    With its array arguments compiled as `noalias` (LLVM may assume no two of them share
+    memory), as Numba compiles a prange body whose arrays its alias analysis finds
+    distinct: without it a chunk of the GMM benchmark's loops ran 1.3x slower than the
+    same loop in a prange. Chunk arguments are distinct buffers of the memory plan; the
+    one overlap it makes, an elementwise loop writing over an operand at the point it
+    reads it (codegen/memory.py), reads each element before it writes it."""
     def decorate(fn):
         d = njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, **options)(fn)
         if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):

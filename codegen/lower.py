@@ -10,8 +10,8 @@ the level of every value, whether the group runs as one flat loop, which
 values are read from storage and how (`read`), and, for row groups, the
 schedule of passes over each row (`passes`): which per-row values, row
 reductions, stores and sinks each pass computes, and which per-point members
-it must recompute. The emitters turn a plan into loops (CPU: chunked loops under
-`prange`; CUDA: grid-stride kernels with block reductions).
+it must recompute. The emitters turn a plan into loops (CPU: chunked loops on
+Numba's threads; CUDA: grid-stride kernels with block reductions).
 """
 import functools
 

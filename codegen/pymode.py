@@ -1,7 +1,7 @@
 """Run generated kernel source as plain Python (no Numba compile).
 
 `python_kernel(source)` executes a generated module with `njit` as the identity,
-`prange` as `range`, NumPy's own math in place of `jitgraph.codegen.mathlib`, and the
+chunks run in order, NumPy's own math in place of `jitgraph.codegen.mathlib`, and the
 Python bodies of `jitgraph.codegen.runtime`. The kernel computes the same values, slowly
 and without compiling anything: the test suite uses it to run every program of
 the op table through the generated source, and it is a way to step through a
@@ -22,7 +22,6 @@ def njit(*args, **kwargs):
     return lambda f: f
 
 
-prange = range
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos)

@@ -43,7 +43,8 @@ def gemm_blocks(m, n, k):
 
 
 @njit(**_OPTS)
-def _gemm_block(a, b, out, t, nb):
+def _gemm_block(t, nb, a, b, out):
+    """Row block t of nb of out = a @ b (a chunk of `parallel_chunks`)."""
     m = a.shape[0]
     gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb)
 
@@ -56,26 +57,19 @@ def matmul2d(a, b, out):
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
     prev = blas_threads_local(1)
     for t in range(nb):
-        _gemm_block(a, b, out, t, nb)
+        _gemm_block(t, nb, a, b, out)
     blas_threads_local(prev)
     return out
 
 
 @njit(**_OPTS)
-def _gemm_chunk(t, nb, a, b, out):
-    _gemm_block(a, b, out, t, nb)
-
-
-@njit(**_OPTS)
 def matmul2d_par(a, b, out):
-    """`matmul2d` with its blocks on Numba's threads (one block: no parallel launch).
-    The calling thread sets the BLAS thread count around the whole region (blas.py)."""
+    """`matmul2d` with its blocks on Numba's threads (one block runs on the calling thread,
+    launch.py). The calling thread sets the BLAS thread count around the whole region
+    (blas.py)."""
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
     prev = blas_threads_local(1)
-    if nb == 1:
-        _gemm_block(a, b, out, 0, 1)
-    else:
-        parallel_chunks(_gemm_chunk, nb, (a, b, out))
+    parallel_chunks(_gemm_block, nb, (a, b, out))
     blas_threads_local(prev)
     return out
 
