@@ -486,7 +486,7 @@ class GroupEmitter:
             params = ["ch", "nch"] + lparams + [v for v, _ in views]
             args = largs + [a for _, a in views]
         fname = self.em.function_name(lines, label, params, chunk=True)
-        return f"_rt.parallel_chunks({fname}, nch, ({', '.join(args)},))"
+        return f"_rt.parallel_chunks({fname}, nch, {', '.join(args)})"
 
     def _body(self):
         """The loop over the group's domain (chunk bounds lo, hi when parallel)."""

@@ -69,7 +69,7 @@ def matmul2d_par(a, b, out):
     (blas.py)."""
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
     prev = blas_threads_local(1)
-    parallel_chunks(_gemm_block, nb, (a, b, out))
+    parallel_chunks(_gemm_block, nb, a, b, out)
     blas_threads_local(prev)
     return out
 
@@ -164,7 +164,7 @@ def matmul_batched_par(a, b, out):
     if a.shape[0] < 2 or 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] < GEMM_BLOCK_FLOPS:
         _batch_items(a, b, out)
     else:
-        parallel_chunks(_batch_item, a.shape[0], (a, b, out))
+        parallel_chunks(_batch_item, a.shape[0], a, b, out)
     blas_threads_local(prev)
     return out
 

@@ -219,7 +219,8 @@ SERVER_RUN_MAX_BYTES = 1 << 28     # larger arguments are not copied to the comp
 def _run_in_server(program, args):
     """Run a Python entry's module in the compile server on `args`, which compiles its @njit
     functions into the disk cache, unless each of them is compiled here or cached already;
-    True when the server ran it."""
+    True when the server ran it. Several servers share the functions when they are many
+    (`compile_server.split_entry`)."""
     mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
     if mod is None or not _server_usable():
         return False
@@ -235,7 +236,12 @@ def _run_in_server(program, args):
         spec[k] = compile_server.Empty(spec[k].shape, spec[k].dtype)
     if sum(a.nbytes for a in spec if isinstance(a, np.ndarray)) > SERVER_RUN_MAX_BYTES:
         return False
-    return compile_server.run_remote(program.path, "kernel", spec)
+    jobs = compile_server.jobs()
+    parts = None
+    if jobs > 1:
+        with open(program.path, encoding="utf-8") as f:
+            parts = compile_server.split_entry(f.read(), "kernel", jobs, started=compile_server.running())
+    return compile_server.run_remote(program.path, "kernel", spec, parts)
 
 
 def _generators(fun):

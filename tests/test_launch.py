@@ -21,7 +21,7 @@ def _count_chunk(ch, nch, counts, seen_nch, scale, offset):
 
 @njit
 def _run(nch, counts, seen_nch, scale, offset):
-    parallel_chunks(_count_chunk, nch, (counts, seen_nch, scale, offset))
+    parallel_chunks(_count_chunk, nch, counts, seen_nch, scale, offset)
 
 
 @pytest.mark.parametrize("threads", [1, None])
@@ -38,7 +38,7 @@ def test_every_chunk_runs_once_with_its_arguments(nch, threads):
         numba.set_num_threads(saved)
     expect_counts = np.zeros_like(counts)
     expect_seen = np.full_like(seen, -1)
-    parallel_chunks_py(_count_chunk.py_func, nch, (expect_counts, expect_seen, 0.5, 3))
+    parallel_chunks_py(_count_chunk.py_func, nch, expect_counts, expect_seen, 0.5, 3)
     np.testing.assert_array_equal(counts, expect_counts)
     np.testing.assert_array_equal(seen, expect_seen)
     assert (counts[:nch] == 1).all() and (seen[:nch] == nch).all()
@@ -58,7 +58,7 @@ def _sum_chunk(ch, nch, x, part):
 def _chunked_sum(x):
     nch = 16
     part = np.zeros(nch)
-    parallel_chunks(_sum_chunk, nch, (x, part))
+    parallel_chunks(_sum_chunk, nch, x, part)
     return part
 
 
@@ -73,7 +73,7 @@ def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
         numba.set_num_threads(saved)
     np.testing.assert_array_equal(every, one)
     serial = np.zeros(16)
-    parallel_chunks_py(_sum_chunk.py_func, 16, (x, serial))
+    parallel_chunks_py(_sum_chunk.py_func, 16, x, serial)
     np.testing.assert_allclose(every, serial, rtol=1e-13)
     np.testing.assert_allclose(every.sum(), np.exp(x).sum(), rtol=1e-12)
     (cres,) = _sum_chunk.overloads.values()

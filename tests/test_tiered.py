@@ -195,7 +195,7 @@ def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch, cold_ca
     server = compile_server.start()
     server.proc.kill()
     server.proc.wait()
-    monkeypatch.setattr(compile_server, "_server", server)     # dead, as if it had crashed
+    monkeypatch.setattr(compile_server, "_servers", [server])     # dead, as if it had crashed
     monkeypatch.setattr(compile_server, "start", lambda: server)
     f = jg.jit(lambda x: np.sinh(x) * 5.0 + x, wait=True)
     x = np.linspace(0.0, 1.0, 9)
@@ -221,17 +221,102 @@ def _deep(w, x):
     return np.sum(h ** 2)
 
 
-def test_a_python_entry_runs_in_the_compile_server(monkeypatch, cold_cache):
-    runs = _record_answers(monkeypatch, "run_remote")
-    w = np.random.default_rng(7).standard_normal((5, 5)) * 0.3
-    x = np.random.default_rng(8).standard_normal((4, 5))
-    f = jg.jit_grad(_deep, wait=True)
+def _compiled_matches_eager(fun, seed):
+    """jit_grad(fun, wait=True) on random (w, x), checked against eager value_and_grad."""
+    rng = np.random.default_rng(seed)
+    w, x = rng.standard_normal((5, 5)) * 0.3, rng.standard_normal((4, 5))
+    f = jg.jit_grad(fun, wait=True)
     v, g = f(w, x)
-    want = jg.value_and_grad(_deep)(w, x)
+    want = jg.value_and_grad(fun)(w, x)
     assert v == pytest.approx(want[0], rel=1e-12)
     np.testing.assert_allclose(g, want[1], rtol=1e-10, atol=1e-14)
+    return f, (w, x)
+
+
+def test_a_python_entry_runs_in_the_compile_server(monkeypatch, cold_cache):
+    runs = _record_answers(monkeypatch, "run_remote")
+    f, (w, x) = _compiled_matches_eager(_deep, 7)
     assert runs == [True]
     assert "calling the compiled" in f.lower(w, x).source and f.lower(w, x).native == "compiled"
+
+
+_ACTS = (np.tanh, np.sin, np.cos, np.arctan, np.sinh)
+
+
+def _mixed(w, x):
+    h = x
+    for k in range(30):          # a Python entry whose layers are 5 different loops
+        h = _ACTS[k % 5](h @ w)
+    return np.sum(h ** 2)
+
+
+def test_a_python_entry_compiles_on_several_servers(monkeypatch, cold_cache):
+    monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
+    runs = []
+    real = compile_server.run_remote
+
+    def spy(path, function, args, parts=None):
+        runs.append((parts, real(path, function, args, parts)))
+        return runs[-1][1]
+    monkeypatch.setattr(compile_server, "run_remote", spy)
+    f, (w, x) = _compiled_matches_eager(_mixed, 9)
+    (parts, ok), = runs
+    assert ok and len(parts) == 2 and all(parts)
+    names = [n for p in parts for n in p]
+    assert len(names) == len(set(names))        # each function compiled by one server
+    assert f.lower(w, x).native == "compiled" and compile_server.running() >= 2
+
+
+def _function(name, params, lines):
+    return f"def {name}({params}):\n" + "".join(f"    {line}\n" for line in lines) + "\n"
+
+
+def _stores(n):
+    return [f"a[{k}] = {k + 1}" for k in range(n)]
+
+
+# group_1 and group_2 share a chunk function; group_3 is the longest; `unused` is not called
+_SPLIT_SOURCE = (_function("group_1_chunk", "ch, nch, a", _stores(6))
+                 + _function("group_1", "a", ["_rt.parallel_chunks(group_1_chunk, 2, a)"])
+                 + _function("group_2", "a", ["_rt.parallel_chunks(group_1_chunk, 2, a)"])
+                 + _function("group_3", "a", _stores(9))
+                 + _function("group_4", "a", _stores(1))
+                 + _function("group_5", "a", _stores(1))
+                 + _function("unused", "a", _stores(1))
+                 + _function("kernel", "a", [f"group_{k}(a)" for k in (1, 3, 2, 4, 5, 1)]))
+
+
+def test_split_entry_deals_each_called_function_to_one_part():
+    parts = compile_server.split_entry(_SPLIT_SOURCE, "kernel", 2, started=2)
+    assert sorted(n for p in parts for n in p) == ["group_1", "group_2", "group_3", "group_4", "group_5"]
+    # the two functions sharing a chunk function go together: the chunk compiles once
+    assert any({"group_1", "group_2"} <= set(p) for p in parts)
+    assert compile_server.split_entry(_SPLIT_SOURCE, "kernel", 3) is None     # too few to split
+    assert compile_server.split_entry(_SPLIT_SOURCE, "kernel", 1) is None
+    assert compile_server.split_entry(_SPLIT_SOURCE, "missing", 2) is None
+
+
+def test_compile_jobs_setting(monkeypatch):
+    monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "3")
+    assert compile_server.jobs() == 3
+    monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "many")
+    with pytest.raises(ValueError, match="JITGRAPH_COMPILE_JOBS"):
+        compile_server.jobs()
+    monkeypatch.delenv("JITGRAPH_COMPILE_JOBS")
+    assert 1 <= compile_server.jobs() <= 4
+
+
+def test_run_part_restores_the_functions_it_skipped():
+    import types
+    mod = types.ModuleType("jg_test_part")
+    seen = []
+    mod.group_1 = lambda: seen.append(1)
+    mod.group_2 = lambda: seen.append(2)
+    exec("def kernel():\n    group_1()\n    group_2()\n", vars(mod))
+    compile_server._run_part(mod, mod.kernel, (), ("group_2",))
+    assert seen == [1]
+    mod.kernel()
+    assert seen == [1, 1, 2]
 
 
 def test_the_compile_server_follows_the_cache_directory(monkeypatch, tmp_path):
