@@ -15,9 +15,9 @@ there), which compiles every function it calls.
 A Python entry whose loop functions are many is compiled by several servers at once, one
 per core (JITGRAPH_COMPILE_JOBS sets the count): each runs the entry with the loop
 functions of the others replaced by a no-op (`split_entry` deals them out by their
-lines), so each compiles its share: on 2 cores the transformer benchmark's `wait=True`
-compile took 11.3 s against 16.4-16.5 s on one server, the conv net's 7.0-7.3 s against
-11.7-11.8 s. The extra servers start when a split first needs them.
+lines), so each compiles its share: on 2 cores the unrolled LSTM benchmark's `wait=True`
+compile took 5.8-5.9 s on two servers against 8.0-8.5 s on one. The extra servers start
+when a split first needs them.
 
 A server starts on first use and serves one compile at a time. It reads its requests
 from a pipe and exits when the pipe closes, or within half a second of its parent's
