@@ -14,12 +14,22 @@ it, so the result is the same bits on any number of threads. On one thread (the 
 policy's one-thread mode, `numba.set_num_threads(1)`) or with one chunk the wrapper runs
 on the calling thread and no worker is woken.
 
+The layer's threads: jitgraph asks for OpenMP's (jitgraph/__init__.py), whose workers spin a
+while after a launch: the next launch started them in 1-7 us, where the workqueue layer's
+sleeping workers took 100-500 us to wake on a 2-core virtual machine. GNU OpenMP's threads
+do not survive a fork, and Numba terminates a forked child that launches on them: a fork
+clears `_PARALLEL_OK` in the child, whose launches then run on the calling thread.
+
 `fn` must not raise: generated chunk bodies cannot (NumPy's error model, no bounds
 checks, no allocation); a status it returned would be dropped. The calling thread keeps
 the GIL while the workers run (they never take it), so no other Python thread starts a
 kernel meanwhile: the BLAS thread count a kernel sets around its region stays its own
 (codegen/blas.py).
 """
+import ctypes
+import os
+
+import llvmlite.binding as llvm
 import numba
 from llvmlite import ir
 from numba import njit, types
@@ -28,12 +38,39 @@ from numba.core.dispatcher import _FunctionCompiler
 from numba.extending import intrinsic
 from numba.np.ufunc import parallel as _parallel
 
+# 1 while launches may use the threading layer; 0 in a process forked from one that may have
+# started its threads (GNU OpenMP's threads do not survive a fork: Numba terminates a forked
+# child that launches on them). Launchers read it through an external symbol, so kernels
+# loaded from the disk cache link to it as they link to the layer's functions.
+_PARALLEL_OK = ctypes.c_int(1)
+PARALLEL_OK_SYMBOL = "jitgraph_parallel_ok"
+
+
+def _after_fork_in_child():
+    _PARALLEL_OK.value = 0
+
+
 if not numba.config.DISABLE_JIT:
     # registers `numba_parallel_for` and `get_num_threads` with LLVM: kernels loaded from
     # the disk cache link against them
     _parallel._launch_threads()
+    llvm.add_symbol(PARALLEL_OK_SYMBOL, ctypes.addressof(_PARALLEL_OK))
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _I32 = ir.IntType(32)
+
+
+def threading_layer():
+    """The name of Numba's threading layer ("omp", "workqueue", "tbb"), or "none" without JIT."""
+    if numba.config.DISABLE_JIT:
+        return "none"
+    return numba.threading_layer()
+
+
+def threads_usable():
+    """False in a process forked after the threading layer started: its launches run their
+    chunks on the calling thread."""
+    return bool(_PARALLEL_OK.value)
 
 
 def _field(builder, ptr, k):
@@ -119,8 +156,12 @@ def _launcher(context, mod, cres, callsig, val_types, packer):
     nthreads = b.call(get_num_threads, [])
     if nthreads.type != intp:
         nthreads = b.sext(nthreads, intp)
-    serial = b.or_(b.icmp_signed("<=", nthreads, ir.Constant(intp, 1)),
-                   b.icmp_signed("<=", nch, ir.Constant(intp, 1)))
+    ok = mod.globals.get(PARALLEL_OK_SYMBOL)
+    if ok is None:
+        ok = ir.GlobalVariable(mod, _I32, PARALLEL_OK_SYMBOL)
+    serial = b.or_(b.or_(b.icmp_signed("<=", nthreads, ir.Constant(intp, 1)),
+                         b.icmp_signed("<=", nch, ir.Constant(intp, 1))),
+                   b.icmp_signed("==", b.load(ok), ir.Constant(_I32, 0)))
     with b.if_else(serial) as (on_this_thread, on_threads):
         with on_this_thread:
             b.call(wfn, wargs)

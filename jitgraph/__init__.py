@@ -6,12 +6,17 @@ reverse sweep, and run them eagerly (`value_and_grad`) or compiled
 """
 import os as _os
 
-if "NUMBA_THREADING_LAYER" not in _os.environ:
-    # Numba's OpenMP threading layer leaves its threads spinning after a parallel loop, where
-    # they compete with BLAS's threads: the MLP benchmark (parallel loops between matmuls)
-    # measured 17-20 ms with it and 7 ms with the workqueue layer, which does not spin. Numba
-    # reads this when its parallel runtime starts; set NUMBA_THREADING_LAYER to choose another.
-    _os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
+if "NUMBA_THREADING_LAYER" not in _os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in _os.environ:
+    # Numba's OpenMP layer first, then its workqueue. The workqueue's threads sleep between
+    # launches, and waking one took 100-500 us on a 2-core virtual machine, against 1-7 us
+    # for OpenMP's, whose threads spin a while first: the MLP benchmark ran at 19-23 ms
+    # against 25-26 ms, the BNN 13 against 21. (Before kernels ran BLAS on one thread, spinning
+    # threads competed with BLAS's: the MLP then measured 17-20 ms with OpenMP, 7 ms without.)
+    # A forked child runs its launches on the calling thread (codegen/launch.py). Numba reads
+    # this when its threads start; NUMBA_THREADING_LAYER(_PRIORITY) choose otherwise.
+    _os.environ["NUMBA_THREADING_LAYER_PRIORITY"] = "omp workqueue tbb"
+    if "numba.core.config" in __import__("sys").modules:      # numba imported first
+        __import__("numba").core.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 from ._version import __version__
 from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError

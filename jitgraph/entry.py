@@ -7,7 +7,6 @@ the kernel and rebuilds the output structure. Generating it per signature keeps
 generic loops off the hot path: it is most of the per-call overhead left after
 Numba's own.
 """
-import os
 import sys
 import threading
 
@@ -64,10 +63,10 @@ _FREE_REFS = _free_refcount()
 
 def _parallel_lock():
     """A process-wide lock for calls of multi-threaded kernels, unless Numba's threading layer
-    is thread-safe. jitgraph selects the workqueue layer (see __init__), which aborts the
-    process when two Python threads launch parallel loops at once; TBB and OpenMP allow it."""
-    layer = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
-    return None if layer in ("tbb", "omp") else threading.Lock()
+    is thread-safe: the workqueue layer (jitgraph's second choice, see __init__) aborts the
+    process when two Python threads launch parallel loops at once; OpenMP and TBB allow it."""
+    from .codegen import launch      # starts Numba's threads, so that the layer is known
+    return None if launch.threading_layer() in ("tbb", "omp") else threading.Lock()
 
 
 _PARALLEL_LOCK = _parallel_lock()

@@ -1,4 +1,9 @@
 """codegen/launch.py: chunks on Numba's threads without a parfor."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import numba
 import numpy as np
 import pytest
@@ -80,3 +85,49 @@ def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
     assert cres.fndesc.noalias                       # compiled like a prange body
     (plain,) = _count_chunk.overloads.values()
     assert not plain.fndesc.noalias
+
+
+def test_openmp_layer_is_chosen_and_needs_no_lock():
+    from jitgraph.codegen import launch
+    from jitgraph.entry import _PARALLEL_LOCK
+    layer = launch.threading_layer()
+    assert layer in ("omp", "workqueue", "tbb") and launch.threads_usable()
+    if layer == "omp":
+        assert _PARALLEL_LOCK is None
+    else:       # GNU OpenMP missing here: the workqueue layer, behind the process-wide lock
+        assert layer == "workqueue" and _PARALLEL_LOCK is not None
+
+
+_FORK_CHILD = textwrap.dedent("""
+    import os, numpy as np, jitgraph as jg
+    from jitgraph.codegen import launch
+
+    def loss(w):
+        return np.sum(np.tanh(w) ** 2) + np.sum(np.exp(-w * w))
+
+    w = np.random.default_rng(6).standard_normal((400, 200))    # parallel chunks
+    f = jg.jit_grad(loss, wait=True)
+    v, g = f(w)
+    assert f.lower(w).program.threads and launch.threads_usable()
+    pid = os.fork()
+    if pid == 0:
+        # GNU OpenMP's threads are gone: Numba would terminate this child if it launched on them
+        ok = not launch.threads_usable()
+        v2, g2 = f(w)
+        ok = ok and v2 == v and np.array_equal(g2, g)
+        x = np.random.default_rng(1).standard_normal((300, 300))
+        h = jg.jit_grad(lambda a: np.sum(np.sin(a @ a) ** 2), wait=True)   # a new kernel here
+        hv, hg = h(x)
+        ok = ok and np.isclose(hv, np.sum(np.sin(x @ x) ** 2), rtol=1e-12)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_forked_child_runs_threaded_kernels_on_its_calling_thread(tmp_path):
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "0", r.stderr
