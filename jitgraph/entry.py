@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from .api import run_checks
+from .codegen import launch
 from .core import Tensor
 from .signature import MISSING, Inline
 from .threads import ThreadPolicy, clock
@@ -65,7 +66,6 @@ def _parallel_lock():
     """A process-wide lock for calls of multi-threaded kernels, unless Numba's threading layer
     is thread-safe: the workqueue layer (jitgraph's second choice, see __init__) aborts the
     process when two Python threads launch parallel loops at once; OpenMP and TBB allow it."""
-    from .codegen import launch      # starts Numba's threads, so that the layer is known
     return None if launch.threading_layer() in ("tbb", "omp") else threading.Lock()
 
 
