@@ -112,7 +112,7 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None):
+                 prefix="", shared=None, out_buffers=True):
         super().__init__(graph, partition)
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -121,9 +121,11 @@ class Emitter(EmitterBase):
         self.n_subs = 0
         self.parallel = parallel
         self.fastmath = tuple(fastmath)
-        # the entry function's buffers come from one workspace arena (`ws`, slot offsets
-        # `wofs`); subgraph kernels (loop bodies, branches) allocate theirs
-        self.plan = MemoryPlan(graph, partition, self.sizes, plan=not prefix)
+        # buffers come from one workspace arena (`ws`, slot offsets `wofs`); a subgraph's
+        # arena is a slot of its caller's. The caller passes the output buffers (`o<k>`),
+        # except to branches (out_buffers=False: their outputs are new arrays)
+        self.plan = MemoryPlan(graph, partition, self.sizes, recycle_outputs=out_buffers)
+        self.out_buffers = out_buffers
         # Floating scalar constants other than 0 and 1 are read at run time from `svals`, not
         # written as literals: they often derive from shapes (a mean's 1/batch) or from user
         # globals, and as literals every new batch size or setting would be new source and a
@@ -192,6 +194,15 @@ class Emitter(EmitterBase):
         cls = (self.sizes.product(shape), dtype.itemsize)
         return self.slot(self.plan.scratch(k, shape, dtype.itemsize, cls), shape, dtype)
 
+    def reserve(self, key, shape, dtype):
+        """An expression for a workspace slot of its own (no other value shares it during the
+        call) holding an array of `shape`: the buffers control flow writes its loops' results
+        into. `key` names it; a second call with the same key gives the same slot."""
+        dtype = np.dtype(dtype)
+        shape = tuple(shape) or (1,)
+        key = ("reserved",) + tuple(key)
+        return self.slot(self.plan.scratch(key, shape, dtype.itemsize, key), shape, dtype)
+
     def const_ref(self, node):
         """A scalar constant's value in code: a literal, or the local read from `svals`."""
         if node.id in self._hoisted:
@@ -218,7 +229,9 @@ class Emitter(EmitterBase):
         seen = set()
         for n in self.graph.outputs:
             v = self.array(n)
-            if n.op in ("input", "const") and v == self.var(n) or v in seen:
+            # a loop body's caller copies what it keeps (SubKernel); the others own their results
+            if not (self.prefix and self.out_buffers) and \
+                    (n.op in ("input", "const") and v == self.var(n) or v in seen):
                 v = f"{v}.copy()"
             seen.add(v)
             outs.append(v)
@@ -344,16 +357,18 @@ class Emitter(EmitterBase):
         return ", ".join(parts)
 
     # ---- control flow: subgraphs become functions of this module --------------------------------
-    def subkernel(self, graph):
-        """Emit `graph` as a function of this module; returns (call prefix args, trailing args, name).
+    def subkernel(self, graph, out_buffers=True):
+        """Emit `graph` as a function of this module (a loop body, a branch); returns its
+        `SubKernel`.
 
-        The function has the entry-function convention (dims, inputs, consts); its sizes and
-        constants are passed from this kernel's own parameters, so the source stays free of
-        concrete sizes and values."""
+        The function has the entry-function convention (dims, inputs, consts, ws, wofs,
+        output buffers); its sizes, constants and slot offsets are passed from this kernel's
+        own parameters, so the source stays free of concrete sizes and values. Its workspace
+        arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
-                      prefix=prefix, shared=self.shared)
+                      prefix=prefix, shared=self.shared, out_buffers=out_buffers)
         sub.emit()
         self.functions.extend(sub.functions)
         for line in sub.imports:
@@ -361,12 +376,28 @@ class Emitter(EmitterBase):
         self.functions.append(["@njit(**_OPTS)"] + sub.kernel_lines())
         dims = f"{prefix}dims"
         self.extra_consts.append((dims, np.array(sub.sizes.values or [0], dtype=np.int64)))
-        trailing = []
+        consts = []
         for name, value in zip(sub.kernel_params(), sub.const_values()):
             pname = name if name.startswith(prefix) else prefix + name
             self.extra_consts.append((pname, value))
-            trailing.append(pname)
-        return dims, trailing, f"{prefix}kernel"
+            consts.append(pname)
+        if sub.plan.has_workspace:
+            nbytes, offsets = sub.plan.layout()
+            key = ("subgraph", prefix)
+            slot = self.plan.scratch(key, (nbytes,), 1, key)
+            self.extra_consts.append((f"{prefix}wofs", offsets))
+            consts += [f"ws[wofs[{slot}]:]", f"{prefix}wofs"]
+        plan, part = sub.plan, sub.part
+        roots = {nid: node for node in graph.nodes for nid in [node.id] if nid in plan.out_index}
+        specs = [(tuple(roots[nid].shape) or (1,), roots[nid].dtype)
+                 for nid, _ in sorted(plan.out_index.items(), key=lambda kv: kv[1])]
+        out_of, aliases_input = [], []
+        for n in graph.outputs:
+            r = plan.root_of(part.resolve(n))
+            k = plan.out_index.get(r.id)
+            out_of.append(k if k is not None and r is part.resolve(n) and r.shape == n.shape else None)
+            aliases_input.append(r.op == "input")
+        return SubKernel(f"{prefix}kernel", dims, consts, out_of, specs, aliases_input)
 
     def tuple_part(self, t, k):
         return f"t{self.names[t.id]}_{k}"
@@ -382,6 +413,26 @@ class Emitter(EmitterBase):
                 f"    {stacked}_val = {value}.reshape({size})",
                 f"    for {stacked}_q in range({size}):",
                 f"        {stacked}_row[{stacked}_q] = {stacked}_val[{stacked}_q]"]
+
+
+class SubKernel:
+    """A subgraph emitted as a function of the module (`Emitter.subkernel`), and how to call it.
+
+    Attributes:
+        name: the function's name.
+        out_of: per output of the subgraph, the index of the output buffer (`o<k>`) the
+            function writes it into, or None (a new array, an input passed through, a view).
+        out_specs: (shape, dtype) of each output buffer the caller passes, in order.
+        aliases_input: per output, whether the function returns (a view of) one of its inputs.
+    """
+
+    def __init__(self, name, dims, consts, out_of, out_specs, aliases_input):
+        self.name, self.dims, self.consts = name, dims, consts
+        self.out_of, self.out_specs, self.aliases_input = out_of, out_specs, aliases_input
+
+    def call(self, args, buffers=()):
+        """The call expression on input expressions `args` and output buffers `buffers`."""
+        return f"{self.name}({', '.join([self.dims] + list(args) + self.consts + list(buffers))})"
 
 
 # ---- loop groups -----------------------------------------------------------------------------------

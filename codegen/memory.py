@@ -21,8 +21,14 @@ Not planned, and allocated per call:
   values they are views of: the caller passes these buffers in (`out_index`)
   and reuses one only when the array it returned last time is no longer
   referenced;
-* results of control flow (the tuples of scan/cond/while) and of concatenate;
-* buffers of subgraph kernels (loop bodies, branches).
+* the carried results of loops and the results of branches (scan/while/cond)
+  and of concatenate. A scan's stacked outputs (ys, carry histories) are
+  planned: they live from the scan's step on, as its loop writes them row by row.
+
+A subgraph kernel (a loop body, a branch) has a plan of its own, its arena a
+slot of its caller's arena, reserved for the call (`MemoryPlan.scratch` with a
+key of its own), as are the buffers a loop's carries alternate between: a loop
+allocates nothing per iteration (codegen/ops_cpu.py).
 
 Scratch buffers live for one step only (the per-chunk partial sums of a parallel
 reduction: MAX_CHUNKS rows each) and share a few slots across all steps.
@@ -42,6 +48,25 @@ ALIGN = 64
 IN_PLACE_UPDATES = ("update_slice", "scatter_set")
 PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
                "scatter_set")
+
+
+def _stacked(n):
+    """Is `n` a stacked output of a scan (its ys, or the history of a carry)? The scan's loop
+    writes it, so it lives from the scan's step on."""
+    return n.op == "proj" and n.inputs[0].op == "scan" and n.p["index"] >= n.inputs[0].p["n_carry"]
+
+
+def _aliased_operands(n):
+    """The operands of control node `n` its results may be (or be views of): a scan's
+    results never are, except its initial carries when it runs no iteration (its body's
+    caller copies a carry passed through; codegen/ops_cpu.py); a branch or a while loop may
+    return any operand but a branch's predicate."""
+    if n.op == "cond":
+        return n.inputs[1:]          # not the predicate
+    if n.op != "scan":
+        return n.inputs
+    p = n.p
+    return n.inputs[p["n_consts"]:p["n_consts"] + p["n_carry"]] if p["length"] == 0 else ()
 
 
 def nbytes(node):
@@ -126,11 +151,13 @@ class MemoryPlan:
         control_operands = set()
         for n in graph.nodes:
             if n.kind == "control":
-                control_operands |= {self.root_of(part.resolve(x)).id for x in n.inputs}
+                control_operands |= {self.root_of(part.resolve(x)).id for x in _aliased_operands(n)}
         for n in graph.nodes:
             if n.id not in part.materialized or n.op in ("input", "const") or n.id in self.root:
                 continue
             k = self.step_at[n.id]
+            if _stacked(n):
+                k = self.step_at[n.inputs[0].id]     # the loop writes it row by row
             it = Item(n, k, last.get(n.id, k), (sizes.product(n.shape), n.dtype.itemsize))
             self.items.append(it)
             if not plan or n.id in out_roots or n.id in control_operands or not self._plannable(n):
@@ -167,7 +194,7 @@ class MemoryPlan:
         step = self.part.step_of[n.id]
         if isinstance(step, Group):
             return True
-        return n.op in PLANNED_OPS
+        return n.op in PLANNED_OPS or _stacked(n)
 
     # ---- assignment ---------------------------------------------------------------------------
     def _in_place_ok(self, item, victim):

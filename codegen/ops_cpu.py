@@ -108,37 +108,111 @@ def _proj(em, node, v, x):
     em.body.append(f"{v} = {em.tuple_part(node.inputs[0], node.p['index'])}")
 
 
+class _LoopBuffers:
+    """The output buffers of a loop body (`SubKernel.out_specs`), set up before the loop: a
+    stacked output's row at the current iteration, written in place, or else two slots of
+    the workspace a carried value alternates between (the body reads the last iteration's
+    value while it writes the next). A carry the body passes through from its inputs is
+    copied into two slots of its own: its input may be a buffer the body writes later."""
+
+    def __init__(self, em, t, sub, rows, carries):
+        """`rows`: buffer index -> its row expression; `carries`: (name, shape, dtype) of the
+        carried values, the body's first outputs."""
+        self.pairs, self.kept = [], []
+        for k, (shape, dt) in enumerate(sub.out_specs):
+            if k not in rows:
+                a, b = f"{t}_o{k}", f"{t}_o{k}_"
+                em.body += [f"{a} = {em.reserve((t, 'o', k, 0), shape, dt)}",
+                            f"{b} = {em.reserve((t, 'o', k, 1), shape, dt)}"]
+                self.pairs.append((a, b))
+        self.args = [rows.get(k, f"{t}_o{k}") for k in range(len(sub.out_specs))]
+        for j, (c, shape, dt) in enumerate(carries):
+            if sub.out_of[j] is None and sub.aliases_input[j]:
+                a, b = f"{t}_k{j}", f"{t}_k{j}_"
+                em.body += [f"{a} = {em.reserve((t, 'k', j, 0), shape, dt)}",
+                            f"{b} = {em.reserve((t, 'k', j, 1), shape, dt)}"]
+                self.kept.append((j, c, a, b))
+
+    def after_call(self, result, ind):
+        """Lines after the body's call `result` (carries other than the kept ones are read
+        from it by the caller): the kept carries are copied, the slot pairs swap."""
+        lines = [f"{ind}{c} = _rt.copy({result}[{j}], {a})" for j, c, a, _ in self.kept]
+        swaps = self.pairs + [(a, b) for _, _, a, b in self.kept]
+        return lines + [f"{ind}{a}, {b} = {b}, {a}" for a, b in swaps]
+
+
+def _escaping(em, node, carry):
+    """Lines after a loop: a carry that is an output of this graph is copied out of the
+    workspace (where the loop's buffers are)."""
+    projs = {u.p["index"]: u for u in em.users[node.id] if u.op == "proj"}
+    out = []
+    for k, c in enumerate(carry):
+        u = projs.get(k)
+        if u is not None and u.id in em.plan.out_roots:
+            out.append(f"{c} = {c}.copy()  # an output: not a view of the workspace")
+    return out
+
+
+def _invariant(em, t, exprs):
+    """Names for loop-invariant argument expressions, evaluated once before the loop (a
+    broadcast constant, say, which would otherwise be copied on every iteration)."""
+    names = []
+    for k, e in enumerate(exprs):
+        if e.isidentifier():
+            names.append(e)
+        else:
+            em.body.append(f"{t}_a{k} = {e}")
+            names.append(f"{t}_a{k}")
+    return names
+
+
 @OPS.register("scan")
 def _scan(em, node, v, x):
     p, S, out = node.p, em.sizes, em.body
-    dims, trailing, fname = em.subkernel(p["body"])
+    sub = em.subkernel(p["body"])
     nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
-    consts, init, xs = x[:nc], x[nc:nc + nk], x[nc + nk:]
     x_nodes = node.inputs[nc + nk:]
     avals = p["out_avals"]
     n_y = len(avals) - 2 * nk
     used = {u.p["index"] for u in em.users[node.id] if u.op == "proj"}
     t = "t" + em.names[node.id]
     it = f"{t}_p"
+    consts = _invariant(em, t, x[:nc])
+    init, xs = x[nc:nc + nk], x[nc + nk:]
     carry = [em.tuple_part(node, k) for k in range(nk)]
     ys = [(nk + k, em.tuple_part(node, nk + k)) for k in range(n_y)]
     hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
     for c, val in zip(carry, init):
         out.append(f"{c} = {val}")
+    projs = {u.p["index"]: u for u in em.users[node.id] if u.op == "proj"}
     for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
         shape, dt = avals[k]
-        out.append(f"{val} = np.empty({S.shape(shape)}, {np_dtype(dt)})")
+        # a workspace slot (the memory plan's stacked outputs) or, unread, a new array
+        buf = em.buffer(projs[k]) if k in projs else f"np.empty({S.shape(shape)}, {np_dtype(dt)})"
+        out.append(f"{val} = {buf}")
+    # the body writes a stacked output straight into its row (the first output of a buffer)
+    rows, in_place = {}, set()
+    for k, val in ys:
+        b = sub.out_of[k]
+        if b is not None and b not in rows:
+            rows[b] = f"{val}[{it}:{it} + 1]" if len(avals[k][0]) == 1 else f"{val}[{it}]"
+            in_place.add(k)
+    bufs = _LoopBuffers(em, t, sub, rows, [(c, avals[k][0], avals[k][1]) for k, c in enumerate(carry)])
+    out.append(f"{t}_i = np.empty(1, np.int64)")
     order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
-    out.append(f"for {it} in {order}:  # a real loop: the body is {fname}")
+    out.append(f"for {it} in {order}:  # a real loop: the body is {sub.name}")
     for k, h in hist:
         out += em.store_row(h, it, carry[k], avals[k][0])
     slices = [f"{val}[{it}:{it} + 1]" if xn.ndim == 1 else f"{val}[{it}]" for val, xn in zip(xs, x_nodes)]
-    args = [dims, f"np.full(1, {p['start']} + {it}, np.int64)"] + consts + carry + slices + trailing
-    out.append(f"    {t}_r = {fname}({', '.join(args)})")
-    for k, c in enumerate(carry):
-        out.append(f"    {c} = {t}_r[{k}]")
+    out.append(f"    {t}_i[0] = {p['start']} + {it}")
+    out.append(f"    {t}_r = {sub.call([f'{t}_i'] + consts + carry + slices, bufs.args)}")
+    kept = {j for j, *_ in bufs.kept}
+    out += [f"    {c} = {t}_r[{k}]" for k, c in enumerate(carry) if k not in kept]
+    out += bufs.after_call(f"{t}_r", "    ")
     for k, val in ys:
-        out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
+        if k not in in_place:
+            out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
+    out += _escaping(em, node, carry)
 
 
 @OPS.register("cond")
@@ -147,8 +221,8 @@ def _cond(em, node, v, x):
     t = "t" + em.names[node.id]
     calls = []
     for g in (gt, gf):
-        dims, trailing, fname = em.subkernel(g)
-        calls.append(f"{t}_r = {fname}({', '.join([dims] + x[1:] + trailing)})")
+        sub = em.subkernel(g, out_buffers=False)
+        calls.append(f"{t}_r = {sub.call(x[1:])}")
     em.body += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
     for k in range(len(node.p["out_avals"])):
         em.body.append(f"{em.tuple_part(node, k)} = {t}_r[{k}]")
@@ -158,14 +232,18 @@ def _cond(em, node, v, x):
 def _while(em, node, v, x):
     p, out = node.p, em.body
     nc = p["n_consts"]
-    consts, init = x[:nc], x[nc:]
-    cdims, ctrail, cname = em.subkernel(p["cond"])
-    bdims, btrail, bname = em.subkernel(p["body"])
     t = "t" + em.names[node.id]
+    consts = _invariant(em, t, x[:nc])
+    init = x[nc:]
+    cond = em.subkernel(p["cond"], out_buffers=False)
+    body = em.subkernel(p["body"])
     carry = [em.tuple_part(node, k) for k in range(len(init))]
     for c, val in zip(carry, init):
         out.append(f"{c} = {val}")
-    out.append(f"while {cname}({', '.join([cdims] + consts + carry + ctrail)})[0][0]:")
-    out.append(f"    {t}_r = {bname}({', '.join([bdims] + consts + carry + btrail)})")
-    for k, c in enumerate(carry):
-        out.append(f"    {c} = {t}_r[{k}]")
+    bufs = _LoopBuffers(em, t, body, {}, [(c, s, d) for c, (s, d) in zip(carry, p["out_avals"])])
+    out.append(f"while {cond.call(consts + carry)}[0][0]:")
+    out.append(f"    {t}_r = {body.call(consts + carry, bufs.args)}")
+    kept = {j for j, *_ in bufs.kept}
+    out += [f"    {c} = {t}_r[{k}]" for k, c in enumerate(carry) if k not in kept]
+    out += bufs.after_call(f"{t}_r", "    ")
+    out += _escaping(em, node, carry)

@@ -11,6 +11,7 @@ from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracin
 from .errors import GradError, JitgraphError
 from .graph import Graph
 from .interpreter import evaluate
+from .loop_passes import merge_scans
 from .numpy_api import as_operand, ones_like, shape_of, zeros_like
 from .ops import stats as scipy_functions
 from .tree import TreeDef, tree_flatten, tree_unflatten
@@ -228,7 +229,8 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
     """
     scipy_functions.install()
     with tracing(), recording():
-        return _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+        graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+    return merge_scans(graph)
 
 
 def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):

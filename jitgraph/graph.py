@@ -108,6 +108,21 @@ def toposort(outputs):
     return order
 
 
+def substitute(nodes, replace):
+    """Map node id -> node for `nodes` (a topological order) with the nodes of `replace` (id ->
+    replacement) swapped in: a node reading a replaced or rebuilt node is rebuilt on the new
+    inputs, every other node is kept. Rebuilt nodes are made in order, so sorting by id stays a
+    topological order."""
+    new = dict(replace)
+    for n in nodes:
+        if n.id in new or not n.inputs:
+            continue
+        ins = [new.get(x.id, x) for x in n.inputs]
+        if any(a is not b for a, b in zip(ins, n.inputs)):
+            new[n.id] = Node(n.op, ins, n.params, n.shape, n.dtype, n.value)
+    return new
+
+
 class Graph:
     """A static computational graph.
 

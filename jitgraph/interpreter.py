@@ -4,10 +4,12 @@ import numpy as np
 from .ops.registry import PRIMS
 
 
-def run_graph(graph, args, apply):
+def run_graph(graph, args, apply, env=None):
     """The values of `graph`'s outputs for input values `args`, computing every node that is
-    not an input or a constant as `apply(node, input_values)`."""
-    env = {n.id: a for n, a in zip(graph.inputs, args)}
+    not an input or a constant as `apply(node, input_values)`. `env`, when given, is a dict
+    that receives every node's value by node id."""
+    env = {} if env is None else env
+    env.update((n.id, a) for n, a in zip(graph.inputs, args))
     for node in graph.nodes:
         if node.op == "input":
             continue

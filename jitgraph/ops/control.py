@@ -21,11 +21,11 @@ import numpy as np
 from ..ad import backward_multi
 from ..core import EagerBox, GraphTrace, Tensor, Tracer, bind, innermost, is_tracing
 from ..errors import ShapeError, TracingError
-from ..graph import Graph, Node
+from ..graph import Graph, Node, substitute
 from ..interpreter import evaluate, run_graph
 from ..numpy_api import cast, zeros_like
 from ..tree import tree_flatten, tree_unflatten
-from .registry import TUPLE_ELEMENT, NoGradient, register
+from .registry import PRIMS, TUPLE_ELEMENT, NoGradient, register
 
 TUPLE = np.dtype(object)     # the dtype of a control node's value: a tuple of arrays
 
@@ -457,23 +457,29 @@ def _proj_impl(t, index, shape, dtype):
 
 
 # ---- reverse mode ---------------------------------------------------------------------------------------
-def inline(graph, args):
-    """Apply `graph`'s nodes to `args` with `bind`: records them on the current trace."""
-    return run_graph(graph, args, lambda node, xs: bind(node.op, *xs, **node.p))
+def inline(graph, args, env=None):
+    """Apply `graph`'s nodes to `args` with `bind`: records them on the current trace (`env`,
+    when given, receives each node's value by node id)."""
+    return run_graph(graph, args, lambda node, xs: bind(node.op, *xs, **node.p), env)
 
 
 def _is_float(dtype):
     return np.dtype(dtype).kind == "f"
 
 
-def _vjp_graph(graph, diff_mask, name):
-    """A graph (inputs..., cotangents of outputs...) -> cotangents of the inputs in diff_mask.
+def _vjp_graph(graph, diff_mask, name, saved=()):
+    """A graph (inputs..., cotangents of outputs..., residuals...) -> cotangents of the inputs
+    in diff_mask; returns it and the list of the saved nodes it reads.
 
-    It recomputes graph's forward values from its inputs, then runs the reverse sweep."""
+    It recomputes graph's forward values from its inputs, then runs the reverse sweep. The
+    `saved` nodes of `graph` are values the caller can store instead (a loop body's
+    products, say): where the sweep reads one of them, the graph reads a residual input in
+    its place, and the forward work only that value needed is gone."""
     ins = graph.inputs
     out_float = [_is_float(n.dtype) for n in graph.outputs]
     avals = [(n.shape, n.dtype, False) for n in ins]
     avals += [(n.shape, n.dtype, False) for n, f in zip(graph.outputs, out_float) if f]
+    env = {}
 
     def fun(*xs):
         if not xs:          # a graph with no inputs has nothing to differentiate
@@ -482,7 +488,7 @@ def _vjp_graph(graph, diff_mask, name):
         primal = list(xs[:len(ins)])
         cts = list(xs[len(ins):])
         start = len(trace.nodes)
-        outs = inline(graph, primal)
+        outs = inline(graph, primal, env)
         wrt = [p.node for p, m in zip(primal, diff_mask) if m]
         seeds, out_nodes = [], []
         it = iter(cts)
@@ -497,25 +503,81 @@ def _vjp_graph(graph, diff_mask, name):
     g, _, caps = trace_subgraph(fun, avals, name)
     if caps:
         raise AssertionError("a VJP subgraph captured outer values")
-    return g
+    # the recomputed values of the saved nodes, and which of them the graph still reads
+    # once they are inputs (the walk from the outputs stops at them)
+    recomputed = {}
+    for r in saved:
+        v = env.get(r.id)
+        if isinstance(v, Tensor) and v.node.op not in ("input", "const"):
+            recomputed.setdefault(v.node.id, r)
+    read, seen, stack = set(), set(), list(g.outputs)
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.id in recomputed:
+            read.add(n.id)
+        else:
+            stack.extend(n.inputs)
+    if not read:
+        return g, []
+    order = [n for n in g.nodes if n.id in read]
+    res_inputs = [Node("input", (), {"index": len(g.inputs) + k}, n.shape, n.dtype)
+                  for k, n in enumerate(order)]
+    new = substitute(g.nodes, {n.id: r for n, r in zip(order, res_inputs)})
+    g = Graph(g.inputs + res_inputs, [new.get(o.id, o) for o in g.outputs], meta=g.meta)
+    return g, [recomputed[n.id] for n in order]
+
+
+def _saveable(body, n_consts):
+    """The nodes of a loop body worth storing per iteration for the reverse loop rather than
+    recomputing there: results of library routines (products, solves, factorizations) that
+    depend on the iteration, as JAX's "save dots" policy. Elementwise work is recomputed from
+    them in the reverse loop's fused loops, where it costs little."""
+    variant = {n.id for n in body.inputs[:1] + body.inputs[1 + n_consts:]}
+    out = []
+    for n in body.nodes:
+        if n.op in ("input", "const") or not any(x.id in variant for x in n.inputs):
+            continue
+        variant.add(n.id)
+        if n.kind == "linalg" and not PRIMS[n.op].multiple and _is_float(n.dtype):
+            out.append(n)
+    return out
 
 
 def scan_vjp(cts, node, value_of):
     """Reverse of a scan: a scan the other way over the stored carries, accumulating the
-    cotangents of captured values; per-iteration cotangents of xs come out as its ys."""
+    cotangents of captured values; per-iteration cotangents of xs come out as its ys.
+
+    The products the reverse body reads (`_saveable`) are stored by the forward loop: the
+    rule binds the same scan with them as extra ys, and `loop_passes.merge_scans` makes that
+    scan and `node` one loop once the graph is traced."""
     p = node.p
     body, T, nc, nk = p["body"], p["length"], p["n_consts"], p["n_carry"]
     args = [value_of(x) for x in node.inputs]
     consts, xs = args[:nc], args[nc + nk:]
     avals = p["out_avals"]
     n_y = len(avals) - 2 * nk
-    t = value_of(node)
-    hist = [bind("proj", t, index=nk + n_y + k, shape=avals[nk + n_y + k][0],
-                 dtype=avals[nk + n_y + k][1]) for k in range(nk)]
     # body inputs: i, consts, carry, x; differentiate float consts, carries, xs
     b_ins = body.inputs
     mask = [False] + [_is_float(n.dtype) for n in b_ins[1:]]
-    vjp = _vjp_graph(body, mask, f"{body.meta.get('name', 'body')}_vjp")
+    vjp, saved = _vjp_graph(body, mask, f"{body.meta.get('name', 'body')}_vjp", _saveable(body, nc))
+    if saved:
+        ys_ids = [o.id for o in body.outputs[nk:]]
+        extra = [r for r in saved if r.id not in ys_ids]
+        params = {k: v for k, v in p.items() if k != "out_avals"}
+        params["body"] = Graph(body.inputs, body.outputs + extra, meta=body.meta)
+        res = _bind_control("scan", args, params, list(avals[:nk + n_y])
+                            + [((T,) + r.shape, r.dtype) for r in extra] + list(avals[nk + n_y:]))
+        residuals = [res[nk + ys_ids.index(r.id)] if r.id in ys_ids else res[nk + n_y + extra.index(r)]
+                     for r in saved]
+        hist = res[nk + n_y + len(extra):]
+    else:
+        residuals = []
+        t = value_of(node)
+        hist = [bind("proj", t, index=nk + n_y + k, shape=avals[nk + n_y + k][0],
+                     dtype=avals[nk + n_y + k][1]) for k in range(nk)]
     out_float = [_is_float(n.dtype) for n in body.outputs]
     ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)]
     ct_carry = [ct[k] for k in range(nk) if out_float[k]]
@@ -533,16 +595,16 @@ def scan_vjp(cts, node, value_of):
 
     def bstep(i, carry, x):
         ctc, acc = carry
-        hc, xv, cty, cth = x
+        hc, xv, cty, cth, rows = x
         primal = [i] + list(consts) + list(hc) + list(xv)
-        res = inline(vjp, primal + list(ctc) + list(cty))
+        res = inline(vjp, primal + list(ctc) + list(cty) + list(rows))
         r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
         # a carry keeps its dtype, so the float carries are exactly the differentiated ones
         new_ctc = [a + b for a, b in zip(r_k, cth)] if cth else list(r_k)
         return (new_ctc, [a + r for a, r in zip(acc, r_c)]), list(r_x)
 
     acc0 = [zeros_like(consts[k]) for k in fc]
-    xs_b = (hist, list(xs), ct_ys, ct_hist)
+    xs_b = (hist, list(xs), ct_ys, ct_hist, residuals)
     (ct_init, ct_consts), ct_xs = _scan(bstep, (ct_carry, acc0), xs_b, T, not p["reverse"],
                                         p["start"], "scan", body)
     out = [None] * len(node.inputs)
@@ -562,8 +624,8 @@ def cond_vjp(cts, node, value_of):
     pred, ops = args[0], args[1:]
     avals = node.p["out_avals"]
     mask = [_is_float(n.dtype) for n in node.inputs[1:]]
-    vf = _vjp_graph(gf, mask, "false_vjp")
-    vt = _vjp_graph(gt, mask, "true_vjp")
+    vf, _ = _vjp_graph(gf, mask, "false_vjp")
+    vt, _ = _vjp_graph(gt, mask, "true_vjp")
     ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)
           if _is_float(d)]
     n = len(ops)
