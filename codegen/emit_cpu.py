@@ -165,7 +165,7 @@ class Emitter(EmitterBase):
             inner = self.array(node.inputs[0])
             shape = self.sizes.shape(node.shape)
             if node.op == "broadcast":
-                return f"np.ascontiguousarray(np.broadcast_to({inner}, {shape}))"
+                return f"_rt.broadcast_into({inner}, np.empty({shape}, {np_dtype(node.dtype)}))"
             return f"{inner}.reshape({shape})"
         if self.is_scalar_const(node):
             return f"np.full(1, {self.const_ref(node)}, {np_dtype(node.dtype)})"

@@ -47,7 +47,7 @@ ALIGN = 64
 # item assignments that may write into the array they update when it dies there
 IN_PLACE_UPDATES = ("update_slice", "scatter_set")
 PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
-               "scatter_set")
+               "scatter_set", "broadcast")
 
 
 def _stacked(n):

@@ -54,7 +54,7 @@ def _reshape(em, node, v, x):
 
 @OPS.register("broadcast")
 def _broadcast(em, node, v, x):
-    em.body.append(f"{v} = np.ascontiguousarray(np.broadcast_to({x[0]}, {em.sizes.shape(node.shape)}))")
+    em.body.append(f"{v} = _rt.broadcast_into({x[0]}, {em.buffer(node)})")
 
 
 @OPS.register("slice")

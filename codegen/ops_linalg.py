@@ -49,7 +49,7 @@ def _operands(em, v, x):
     names = []
     for k, expr in enumerate(x):
         names.append(f"{v}_in{k}")
-        em.body.append(f"{names[-1]} = np.ascontiguousarray({expr})")
+        em.body.append(f"{names[-1]} = _rt.contiguous({expr})")
     return names
 
 

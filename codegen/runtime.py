@@ -116,6 +116,22 @@ def slot_view(ws, offset, nbytes, shape, dtype):
     return ws[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
+# Precompiled forms of Numba's own overloads that generated kernels would otherwise inline:
+# those compile in every new process (np.broadcast_to with np.ascontiguousarray cost ~1 s of
+# a kernel's first compile), where the disk cache keeps these once per signature.
+@njit(**_OPTS)
+def broadcast_into(x, out):
+    """out[...] = x broadcast by NumPy's rules to out's shape; returns out."""
+    out[...] = np.broadcast_to(x, out.shape)
+    return out
+
+
+@njit(**_OPTS)
+def contiguous(x):
+    """x as a C-ordered array (itself when it already is one), like np.ascontiguousarray."""
+    return np.ascontiguousarray(x)
+
+
 @njit(**_OPTS)
 def _copy_row(s, d):
     for j in range(s.shape[0]):
