@@ -14,7 +14,11 @@ measured side by side in this process:
 
 then ratios, and first-call times: trace + codegen + Numba compile of jit_grad ("kernel"
 says whether it was compiled or loaded from the disk cache) and trace + XLA compile of
-jax.jit. Unless JITGRAPH_CACHE_DIR is set, a fresh temporary cache is used, so first calls
+jax.jit. Last, each program's roofline: the time no implementation can beat on this
+machine, the larger of its flops (the compiled graph's operation count, forward and
+backward) at the rate of one large BLAS GEMM, and the bytes that must move (the arguments
+read, the results written, and the values stored for the backward pass written and read
+back) at np.copyto's bandwidth, both measured here; jit/roof is jit_grad's time over it. Unless JITGRAPH_CACHE_DIR is set, a fresh temporary cache is used, so first calls
 are cold compiles. JAX runs after every jitgraph and NumPy measurement (its thread pool
 keeps spinning and would slow what is measured next). Timing never fails anything; a
 program that fails prints its error in its row.
@@ -77,6 +81,11 @@ def time_jitgraph(name, size, reps, seed=0):
         # for about 0.1 s and take a core (the MLP's first compiled calls after its NumPy
         # forward took 23-32 ms against 12.5 ms later)
         row["jit_grad"] = median_time(lambda: f(*args), reps, warm=WARM, budget=BUDGET) * 1e3
+        mem = f.lower(*args).memory
+        arg_bytes = sum(np.asarray(a).nbytes for a in jg.tree.tree_flatten(args)[0]
+                        if isinstance(a, (np.ndarray, np.generic, float)))
+        row["flops"] = mem.total_flops
+        row["bytes"] = arg_bytes + mem.output_bytes + 2 * mem.stored_bytes
         row["numpy"] = median_time(lambda: mod.loss(*args), reps, budget=BUDGET) * 1e3
         row["eager"] = median_time(lambda: eager(*args), reps, warm=1, budget=BUDGET) * 1e3
     except Exception as e:       # a benchmark reports failures, it does not stop at them
@@ -101,22 +110,41 @@ def time_jax(row, size, reps, seed=0):
         row["jax_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
 
 
+def machine_rates():
+    """(flop/s of one 1024^3 float64 GEMM, bytes/s moved by np.copyto of 64 MiB), medians of 5
+    at NumPy's default threading: the two roofs of `roofline_ms`."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
+    gemm = median_time(lambda: a @ b, 5)
+    src = np.ones(1 << 23)
+    dst = np.empty_like(src)
+    copy = median_time(lambda: np.copyto(dst, src), 5)
+    return 2 * 1024 ** 3 / gemm, 2 * src.nbytes / copy
+
+
+def roofline_ms(row, rates):
+    """The program's lower bound in ms: max(flops / GEMM rate, bytes / copy bandwidth)."""
+    return 1e3 * max(row["flops"] / rates[0], row["bytes"] / rates[1])
+
+
 COLUMNS = [("numpy", "numpy fwd", "{:10.3f}"), ("eager", "eager v&g", "{:10.3f}"),
            ("jit_grad", "jit_grad", "{:10.3f}"), ("jax", "jax v&g", "{:10.3f}")]
-RATIOS = [("jit/np", "jit_grad", "numpy"), ("eager/jit", "eager", "jit_grad"), ("jax/jit", "jax", "jit_grad")]
+RATIOS = [("jit/np", "jit_grad", "numpy"), ("eager/jit", "eager", "jit_grad"), ("jax/jit", "jax", "jit_grad"),
+          ("jit/roof", "jit_grad", "roof")]
 FIRSTS = [("jit 1st", "jit_first_s"), ("jax 1st", "jax_first_s")]
 
 
 def format_table(rows):
     w = max(len(r["name"]) for r in rows)
     head = [f"{'model':<{w}}"] + [f"{h:>10}" for _, h, _ in COLUMNS] + [f"{h:>9}" for h, _, _ in RATIOS]
-    head += [f"{h:>8}" for h, _ in FIRSTS] + ["kernel"]
+    head += [f"{h:>8}" for h, _ in FIRSTS] + [f"{'roof':>8}", "kernel"]
     lines = [" ".join(head)]
     for r in rows:
         cells = [f"{r['name']:<{w}}"]
         cells += [fmt.format(r[k]) if k in r else f"{'-':>10}" for k, _, fmt in COLUMNS]
         cells += [f"{r[a] / r[b]:9.2f}" if a in r and b in r else f"{'-':>9}" for _, a, b in RATIOS]
         cells += [f"{r[k]:7.2f}s" if k in r else f"{'-':>8}" for _, k in FIRSTS]
+        cells.append(f"{r['roof']:8.3f}" if "roof" in r else f"{'-':>8}")
         cells.append(r.get("kernel") or "-")
         lines.append(" ".join(cells))
     lines.append("")
@@ -127,6 +155,9 @@ def format_table(rows):
                 lines.append(f"  {'':<{w}}   {key.replace('_', ' ')}: {r[key]}")
     lines.append("# ms per call (medians); jit/np = jit_grad time / NumPy forward time (a full gradient "
                  "costs >= 1 forward); 1st = first call (trace + compile), kernel: compiled or disk")
+    if any("roof" in r for r in rows):
+        lines.append("# roof = the program's roofline in ms (its flops at one large GEMM's rate or the bytes it "
+                     "must move at np.copyto's bandwidth, whichever is longer); jit/roof = jit_grad / roof")
     return "\n".join(lines)
 
 
@@ -156,7 +187,13 @@ def main(argv=None):
         for row in rows:
             print(f"# {row['name']}: jax ...", file=sys.stderr, flush=True)
             time_jax(row, a.size, a.repeat)
+    rates = machine_rates()
+    for row in rows:
+        if "flops" in row:
+            row["roof"] = roofline_ms(row, rates)
     import numba
+    print(f"# roofs on this machine: one 1024^3 GEMM at {rates[0] / 1e9:.1f} GFLOP/s, "
+          f"np.copyto at {rates[1] / 1e9:.1f} GB/s (read + write)")
     print(f"# {os.cpu_count()} cores, numba {numba.__version__} ({numba.get_num_threads()} threads), "
           f"numpy {np.__version__}; {a.size} sizes; medians of up to {a.repeat} "
           f"(at least 3 where they take over {BUDGET:g} s)")

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import jitgraph as jg
+from jitgraph.codegen import emit_cpu
 from jitgraph.ops import control
 from optable import TABLE, diff_argnums, make_args
 
@@ -267,6 +268,22 @@ def test_loop_buffers_keep_every_carry():
         body = src[src.index(f"def {name}("):]
         body = body[:body.index("\n\n")]
         assert "np.empty(" not in body and ".copy()" not in body, body
+
+
+def test_loops_in_a_python_entry(monkeypatch):
+    """A program long enough to run its entry as Python (here: any program) calls its loop
+    bodies, copies and buffers from Python."""
+    monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 1)
+    rng = np.random.default_rng(7)
+    W, U, xs = rng.standard_normal((4, 4)) * 0.5, rng.standard_normal((3, 4)), rng.standard_normal((6, 2, 3))
+    f = jg.jit_grad(rnn_loss, argnums=(0, 1), wait=True)
+    assert "@njit(**_OPTS)\ndef kernel" not in f.lower(W, U, xs).source
+    for _ in range(2):
+        v, (gW, gU) = f(W, U, xs)
+        v_ref, (gW_ref, gU_ref) = jg.value_and_grad(rnn_loss, argnums=(0, 1))(W, U, xs)
+        close(v, v_ref)
+        close(gW, gW_ref)
+        close(gU, gU_ref)
 
 
 def rnn_loss(W, U, xs):

@@ -21,7 +21,7 @@ import numpy as np
 from ..ad import backward_multi
 from ..core import EagerBox, GraphTrace, Tensor, Tracer, bind, innermost, is_tracing
 from ..errors import ShapeError, TracingError
-from ..graph import Graph, Node, substitute
+from ..graph import Graph, Node, flops, substitute
 from ..interpreter import evaluate, run_graph
 from ..numpy_api import cast, zeros_like
 from ..tree import tree_flatten, tree_unflatten
@@ -641,8 +641,16 @@ def cond_vjp(cts, node, value_of):
 # A control node's value is a tuple: its rule gets the cotangents of every element at once
 # and returns one adjoint per input; `proj` routes an element's adjoint into that tuple.
 _HOST_ONLY = "control flow (jg.cond, jg.scan, jg.fori_loop, jg.while_loop)"
-register("cond", "control", _tuple_abs, _cond_impl, cond_vjp, host_only=_HOST_ONLY)
-register("scan", "control", _tuple_abs, _scan_impl, scan_vjp, host_only=_HOST_ONLY)
+def _graph_flops(g):
+    return sum(flops(n) for n in g.nodes)
+
+
+# operation counts: a scan's body times its length, a branch's larger one, a while loop's one
+# iteration (its trip count is known at run time only)
+register("cond", "control", _tuple_abs, _cond_impl, cond_vjp, host_only=_HOST_ONLY,
+         flops=lambda node: max(_graph_flops(g) for g in node.p["branches"]))
+register("scan", "control", _tuple_abs, _scan_impl, scan_vjp, host_only=_HOST_ONLY,
+         flops=lambda node: node.p["length"] * _graph_flops(node.p["body"]))
 
 
 def _while_not_differentiable(node):
@@ -652,6 +660,6 @@ def _while_not_differentiable(node):
 
 
 register("while", "control", _tuple_abs, _while_impl, NoGradient(zero=False, why=_while_not_differentiable),
-         host_only=_HOST_ONLY)
+         host_only=_HOST_ONLY, flops=lambda node: _graph_flops(node.p["cond"]) + _graph_flops(node.p["body"]))
 register("proj", "structural", _proj_abs, _proj_impl, TUPLE_ELEMENT, flops=lambda node: 0,
          host_only=_HOST_ONLY)
