@@ -18,7 +18,9 @@ jax.jit. Last, each program's roofline: the time no implementation can beat on t
 machine, the larger of its flops (the compiled graph's operation count, forward and
 backward) at the rate of one large BLAS GEMM, and the bytes that must move (the arguments
 read, the results written, and the values stored for the backward pass written and read
-back) at np.copyto's bandwidth, both measured here; jit/roof is jit_grad's time over it. Unless JITGRAPH_CACHE_DIR is set, a fresh temporary cache is used, so first calls
+back) at np.copyto's bandwidth, both measured here; jit/roof is jit_grad's time over it.
+The copy is of 64 MiB, from memory: a program whose data stay in the caches can beat the
+bytes roof (jit/roof below 1). Unless JITGRAPH_CACHE_DIR is set, a fresh temporary cache is used, so first calls
 are cold compiles. JAX runs after every jitgraph and NumPy measurement (its thread pool
 keeps spinning and would slow what is measured next). Timing never fails anything; a
 program that fails prints its error in its row.

@@ -142,8 +142,8 @@ class _LoopBuffers:
 
 
 def _escaping(em, node, carry):
-    """Lines after a loop: a carry that is an output of this graph is copied out of the
-    workspace (where the loop's buffers are)."""
+    """Lines after a loop or branch: a result that is an output of this graph is copied, as
+    it may be a view of the workspace (where loops keep their carries)."""
     projs = {u.p["index"]: u for u in em.users[node.id] if u.op == "proj"}
     out = []
     for k, c in enumerate(carry):
@@ -224,8 +224,10 @@ def _cond(em, node, v, x):
         sub = em.subkernel(g, out_buffers=False)
         calls.append(f"{t}_r = {sub.call(x[1:])}")
     em.body += [f"if {x[0]}[0]:", "    " + calls[0], "else:", "    " + calls[1]]
-    for k in range(len(node.p["out_avals"])):
-        em.body.append(f"{em.tuple_part(node, k)} = {t}_r[{k}]")
+    results = [em.tuple_part(node, k) for k in range(len(node.p["out_avals"]))]
+    for k, r in enumerate(results):
+        em.body.append(f"{r} = {t}_r[{k}]")
+    em.body += _escaping(em, node, results)     # a branch may return an operand: a loop's carry
 
 
 @OPS.register("while")

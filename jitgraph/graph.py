@@ -60,8 +60,11 @@ class Node:
 
 
 def flops(node):
-    """A rough operation count of one node (multiply-adds count 2)."""
-    return 0 if node.op in ("input", "const") else PRIMS[node.op].flops(node)
+    """A rough operation count of one node (multiply-adds count 2; data movement, such as a
+    broadcast, a transpose or a slice, counts none)."""
+    if node.op in ("input", "const") or PRIMS[node.op].kind in ("shape", "structural"):
+        return 0
+    return PRIMS[node.op].flops(node)
 
 
 def _fmt_param(v):
