@@ -282,6 +282,7 @@ def test_mathlib_accuracy_and_special_values():
         np.testing.assert_array_equal(np.isnan(got), np.isnan(r))
         fin = ~np.isfinite(r) & ~np.isnan(r)
         np.testing.assert_array_equal(got[fin], r[fin])
+    np.testing.assert_array_equal(np.signbit(out[2][x == 0]), np.signbit(x[x == 0]))   # tanh(-0.0)
     sub = (np.exp(x) < 1e-300) & (np.exp(x) > 0)
     np.testing.assert_allclose(out[0][sub], np.exp(x)[sub], rtol=1e-6)  # subnormal results
 
