@@ -388,8 +388,8 @@ class Emitter(EmitterBase):
             self.extra_consts.append((f"{prefix}wofs", offsets))
             consts += [f"ws[wofs[{slot}]:]", f"{prefix}wofs"]
         plan, part = sub.plan, sub.part
-        roots = {nid: node for node in graph.nodes for nid in [node.id] if nid in plan.out_index}
-        specs = [(tuple(roots[nid].shape) or (1,), roots[nid].dtype)
+        by_id = {n.id: n for n in graph.nodes}
+        specs = [(tuple(by_id[nid].shape) or (1,), by_id[nid].dtype)
                  for nid, _ in sorted(plan.out_index.items(), key=lambda kv: kv[1])]
         out_of, aliases_input = [], []
         for n in graph.outputs:

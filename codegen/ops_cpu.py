@@ -116,9 +116,9 @@ class _LoopBuffers:
     copied into two slots of its own: its input may be a buffer the body writes later."""
 
     def __init__(self, em, t, sub, rows, carries):
-        """`rows`: buffer index -> its row expression; `carries`: (name, shape, dtype) of the
+        """`rows`: buffer index -> its row expression; `carries`: (shape, dtype) of the
         carried values, the body's first outputs."""
-        self.pairs, self.kept = [], []
+        self.pairs, self.kept = [], {}
         for k, (shape, dt) in enumerate(sub.out_specs):
             if k not in rows:
                 a, b = f"{t}_o{k}", f"{t}_o{k}_"
@@ -126,18 +126,19 @@ class _LoopBuffers:
                             f"{b} = {em.reserve((t, 'o', k, 1), shape, dt)}"]
                 self.pairs.append((a, b))
         self.args = [rows.get(k, f"{t}_o{k}") for k in range(len(sub.out_specs))]
-        for j, (c, shape, dt) in enumerate(carries):
+        for j, (shape, dt) in enumerate(carries):
             if sub.out_of[j] is None and sub.aliases_input[j]:
                 a, b = f"{t}_k{j}", f"{t}_k{j}_"
                 em.body += [f"{a} = {em.reserve((t, 'k', j, 0), shape, dt)}",
                             f"{b} = {em.reserve((t, 'k', j, 1), shape, dt)}"]
-                self.kept.append((j, c, a, b))
+                self.kept[j] = (a, b)
 
-    def after_call(self, result, ind):
-        """Lines after the body's call `result` (carries other than the kept ones are read
-        from it by the caller): the kept carries are copied, the slot pairs swap."""
-        lines = [f"{ind}{c} = _rt.copy({result}[{j}], {a})" for j, c, a, _ in self.kept]
-        swaps = self.pairs + [(a, b) for _, _, a, b in self.kept]
+    def after_call(self, result, carry, ind):
+        """Lines after the body's call `result`: the carries (names `carry`) take its outputs,
+        the kept ones as copies, and the slot pairs swap."""
+        lines = [f"{ind}{c} = _rt.copy({result}[{j}], {self.kept[j][0]})" if j in self.kept
+                 else f"{ind}{c} = {result}[{j}]" for j, c in enumerate(carry)]
+        swaps = self.pairs + list(self.kept.values())
         return lines + [f"{ind}{a}, {b} = {b}, {a}" for a, b in swaps]
 
 
@@ -174,17 +175,16 @@ def _scan(em, node, v, x):
     x_nodes = node.inputs[nc + nk:]
     avals = p["out_avals"]
     n_y = len(avals) - 2 * nk
-    used = {u.p["index"] for u in em.users[node.id] if u.op == "proj"}
+    projs = {u.p["index"]: u for u in em.users[node.id] if u.op == "proj"}
     t = "t" + em.names[node.id]
     it = f"{t}_p"
     consts = _invariant(em, t, x[:nc])
     init, xs = x[nc:nc + nk], x[nc + nk:]
     carry = [em.tuple_part(node, k) for k in range(nk)]
     ys = [(nk + k, em.tuple_part(node, nk + k)) for k in range(n_y)]
-    hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in used]
+    hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in projs]
     for c, val in zip(carry, init):
         out.append(f"{c} = {val}")
-    projs = {u.p["index"]: u for u in em.users[node.id] if u.op == "proj"}
     for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
         shape, dt = avals[k]
         # a workspace slot (the memory plan's stacked outputs) or, unread, a new array
@@ -197,7 +197,7 @@ def _scan(em, node, v, x):
         if b is not None and b not in rows:
             rows[b] = f"{val}[{it}:{it} + 1]" if len(avals[k][0]) == 1 else f"{val}[{it}]"
             in_place.add(k)
-    bufs = _LoopBuffers(em, t, sub, rows, [(c, avals[k][0], avals[k][1]) for k, c in enumerate(carry)])
+    bufs = _LoopBuffers(em, t, sub, rows, avals[:nk])
     out.append(f"{t}_i = np.empty(1, np.int64)")
     order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
     out.append(f"for {it} in {order}:  # a real loop: the body is {sub.name}")
@@ -206,9 +206,7 @@ def _scan(em, node, v, x):
     slices = [f"{val}[{it}:{it} + 1]" if xn.ndim == 1 else f"{val}[{it}]" for val, xn in zip(xs, x_nodes)]
     out.append(f"    {t}_i[0] = {p['start']} + {it}")
     out.append(f"    {t}_r = {sub.call([f'{t}_i'] + consts + carry + slices, bufs.args)}")
-    kept = {j for j, *_ in bufs.kept}
-    out += [f"    {c} = {t}_r[{k}]" for k, c in enumerate(carry) if k not in kept]
-    out += bufs.after_call(f"{t}_r", "    ")
+    out += bufs.after_call(f"{t}_r", carry, "    ")
     for k, val in ys:
         if k not in in_place:
             out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
@@ -242,10 +240,8 @@ def _while(em, node, v, x):
     carry = [em.tuple_part(node, k) for k in range(len(init))]
     for c, val in zip(carry, init):
         out.append(f"{c} = {val}")
-    bufs = _LoopBuffers(em, t, body, {}, [(c, s, d) for c, (s, d) in zip(carry, p["out_avals"])])
+    bufs = _LoopBuffers(em, t, body, {}, p["out_avals"])
     out.append(f"while {cond.call(consts + carry)}[0][0]:")
     out.append(f"    {t}_r = {body.call(consts + carry, bufs.args)}")
-    kept = {j for j, *_ in bufs.kept}
-    out += [f"    {c} = {t}_r[{k}]" for k, c in enumerate(carry) if k not in kept]
-    out += bufs.after_call(f"{t}_r", "    ")
+    out += bufs.after_call(f"{t}_r", carry, "    ")
     out += _escaping(em, node, carry)

@@ -53,9 +53,7 @@ class _Loop:
         new_body = Graph(body.inputs, list(body.outputs[:nk]) + ys, meta=body.meta)
         new_body = merge_scans(new_body)
         avals = p["out_avals"]
-        self.changed = len(members) > 1 or len(ys) != len(avals) - 2 * nk \
-            or any(a is not b for a, b in zip(new_body.outputs, body.outputs)) \
-            or new_body.nodes != body.nodes
+        self.changed = len(members) > 1 or new_body.outputs != body.outputs or new_body.nodes != body.nodes
         T = p["length"]
         self.params = dict(p, body=new_body,
                            out_avals=tuple(avals[:nk]) + tuple(((T,) + y.shape, y.dtype) for y in ys)
