@@ -232,10 +232,12 @@ def split_entry(source, entry, parts, started=1):
     functions it names (its chunk functions), counted once per part. Servers past the
     `started` ones get STARTUP_LINES of load first. None when there is nothing to split."""
     tree = ast.parse(source)
-    funcs = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    top = funcs.get(entry)
+    defs = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    top = defs.get(entry)
     if top is None or parts < 2:
         return None
+    # compiled functions only: the entry's plain Python helpers (its `_views`) always run
+    funcs = {name: node for name, node in defs.items() if node.decorator_list or name == entry}
 
     def named(node):
         return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in funcs and n.id != node.name}

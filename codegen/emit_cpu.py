@@ -13,13 +13,17 @@ Layout of a generated module:
   results are identical for any number of threads. Stored values live in slots
   of the workspace arena `ws` at byte offsets `wofs`, as planned by
   `codegen/memory.py`; outputs are new arrays.
+* A serial loop (under PARALLEL_MIN points) that touches many arrays runs in a function
+  of its own compiled like a chunk body, its arrays `noalias` parameters (OUTLINE_MIN):
+  inline, LLVM would not vectorize it. Smaller loops stay inline.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
   loops inline (one function compiles faster than several). Longer programs
   (deep networks) get a plain Python entry that calls one `@njit` function per
   loop group, and groups whose code is the same up to the names of their arrays
   share one function: the layers of a deep network compile one loop per
   distinct layer, not one per layer, and Numba's compile time, which grows
-  faster than linearly with a function's length, stays out of the entry.
+  faster than linearly with a function's length, stays out of the entry. Such an entry
+  makes its workspace views once per arena and sizes, not once per step (`_views`).
 
 The one place the source depends on sizes beyond their equality pattern: a
 group whose loop (at trace time) has fewer than PARALLEL_MIN points runs
@@ -50,6 +54,15 @@ MAX_CHUNKS = 16
 # 190 s), while a Python entry costs a few microseconds per step at run time.
 NJIT_ENTRY_MAX_STEPS = 48
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
+# Serial loops of at least this many points (at trace time) that touch many arrays run in a
+# function of their own whose arrays are `noalias` parameters, like a chunk body
+# (launch.chunk_njit). Inline in the entry, or after reshapes in a group function, such a
+# loop stays scalar: LLVM's vectorizer gives up on the run-time overlap checks of so many
+# pointers (an LSTM cell's loop of 20 arrays over 32 x 64 points: 172 us inline, 54 us
+# outlined). Loops of a few arrays get their checks from LLVM and stay inline.
+OUTLINE_MIN = 256
+VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
+OUTLINE_CHECKS = 8         # LLVM's -runtime-memory-check-threshold
 
 
 def uses_threads(source):
@@ -138,16 +151,21 @@ class Emitter(EmitterBase):
         self.functions = []       # module-level functions: loop groups, subgraph kernels
         self.imports = []         # module-level imports lowerings need (`require`)
         self.driver = False
+        self.driver_views = {}    # a Python entry's workspace views: expression -> index in V
         if sum(n.op in ("sin", "cos") for n in graph.nodes) > INLINE_TRIG_MAX:
             self.spell = spell_libm_trig
 
     spell = staticmethod(spell)
 
     def slot(self, slot, shape, dtype):
-        # a Python entry (driver) makes its views with NumPy: a call of the compiled helper
-        # from Python costs ~8 us of argument type checks, the NumPy view ~1 us
+        # A Python entry (driver) makes its views with NumPy (a call of the compiled helper
+        # from Python costs ~8 us of argument type checks, the NumPy view ~1 us), once per
+        # arena and sizes: `V[k]` reads the k-th of the views `_views` keeps (see render).
         expr = super().slot(slot, shape, dtype)
-        return expr.replace("_rt.slot(", "_rt.slot_view(", 1) if self.driver else expr
+        if not self.driver:
+            return expr
+        expr = expr.replace("_rt.slot(", "_rt.slot_view(", 1)
+        return f"V[{self.driver_views.setdefault(expr, len(self.driver_views))}]"
 
     def require(self, line):
         """Have the generated module run the import `line` (a lowering's helper module)."""
@@ -283,6 +301,7 @@ class Emitter(EmitterBase):
         for block in self.functions:
             src += [""] + block + [""]
         if self.driver:
+            src += self.views_lines()
             src += ["", f"# {len(self.part.steps)} steps: the entry runs as Python, calling the compiled "
                     "loops and library routines above"]
         else:
@@ -338,7 +357,36 @@ class Emitter(EmitterBase):
         for k, n in enumerate(self.scalar_consts):
             v = f"svals[{k}]" if n.dtype == np.float64 else f"{np_dtype(n.dtype)}(svals[{k}])"
             src.append(f"    {self.const_ref(n)} = {v}  # const {self.names[n.id]} (value not in the source)")
+        if self.driver_views:
+            src.append("    V = _views(ws, wofs, dims)")
         src += ["    " + line for line in self.body]
+        return src
+
+    def views_lines(self):
+        """A Python entry's `_views(ws, wofs, dims)`: the tuple of its workspace views, made
+        on an arena's first call with these sizes and kept in `_VIEWS` (by the arena's id,
+        holding the arena, so the id stays its own) for the next calls: an unrolled LSTM's
+        entry made 2,145 views per call. `_VIEWS` keeps the views of at most VIEWS_KEPT
+        arenas; `release_views()` (jit's `release_buffers`) empties it."""
+        if not self.driver_views:
+            return []
+        src = ["", "_VIEWS = {}", "", "",
+               "def release_views():",
+               "    _VIEWS.clear()", "", "",
+               "def _views(ws, wofs, dims):",
+               "    key = dims.tobytes()",
+               "    hit = _VIEWS.get(id(ws))",
+               "    if hit is not None and hit[0] is ws and hit[1] == key:",
+               "        return hit[2]"]
+        for k, d in enumerate(self.sizes.values):
+            src.append(f"    {self.sizes(d)} = dims[{k}]")
+        src.append("    views = (")
+        src += [f"        {expr}," for expr in self.driver_views]
+        src += ["    )",
+                f"    if len(_VIEWS) >= {VIEWS_KEPT}:",
+                "        _VIEWS.clear()",
+                "    _VIEWS[id(ws)] = (ws, key, views)",
+                "    return views"]
         return src
 
     # ---- library ops (one per step) -------------------------------------------------------------
@@ -527,20 +575,23 @@ class GroupEmitter:
         """The chunks on Numba's threads: the chunk body as a function `f(ch, nch, ...)` that
         `_rt.parallel_chunks` calls (codegen/launch.py). Its text names values locally (so
         that equal chunks share one function); in an inline group the arguments are the
-        entry's."""
-        label = f"group_{self.g.seq}_chunk"
+        entry's. An outlined serial loop is such a function without `ch, nch`, called directly."""
+        label, lead = (f"group_{self.g.seq}_chunk", ["ch", "nch"]) if self.parallel else \
+            (f"group_{self.g.seq}_loop", [])
         if self.local:
-            params = ["ch", "nch"] + self.n.signature()[0] + list(self.views)
-            lines, args = chunk, params[2:]
+            params = lead + self.n.signature()[0] + list(self.views)
+            lines, args = chunk, params[len(lead):]
         else:
             local = GroupEmitter(self.em, self.g, local=True)
             _, _, lines, _ = local._parts()
             lparams, largs = local.n.signature()
             views = [(name, f"{prefix}{self.em.names[node.id]}{suffix}")
                      for name, (node, prefix, suffix) in local.views.items()]
-            params = ["ch", "nch"] + lparams + [v for v, _ in views]
+            params = lead + lparams + [v for v, _ in views]
             args = largs + [a for _, a in views]
         fname = self.em.function_name(lines, label, params, chunk=True)
+        if not self.parallel:
+            return f"{fname}({', '.join(args)})"
         return f"_rt.parallel_chunks({fname}, nch, {', '.join(args)})"
 
     def _body(self):
@@ -650,10 +701,12 @@ class GroupEmitter:
                 pre.append(f"{self.view(x, 'x', '_s')} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
         zeros = lambda s: ", ".join(["0"] * max(s.ndim, 1))  # noqa: E731
         if not self.parallel:
-            pre += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
-            pre += body
-            pre += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
-            return alloc, pre, None, []
+            loop = [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
+            loop += body
+            loop += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
+            if self._outlined():
+                return alloc, pre, loop, []
+            return alloc, pre + loop, None, []
         pre.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
         # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
         for k, s in enumerate(accs + list(self.partials.values())):
@@ -682,6 +735,16 @@ class GroupEmitter:
                      f"for q in range({size}):", f"    {v} = {pf}[0, q]",
                      "    for c in range(1, nch):", f"        {v} = {comb}", f"    {vf}[q] = {v}"]
         return alloc, pre, chunk, post
+
+    def _outlined(self):
+        """Does this serial loop run in a function of its own (see OUTLINE_MIN)? When it is
+        large enough and LLVM would need more run-time overlap checks than it makes (8 pairs:
+        each array written against every other array the loop touches)."""
+        if self.parallel or self.plan.size < OUTLINE_MIN:
+            return False
+        written = len(self.writes) + len(self.direct_sinks)
+        read = len([x for x in self.reads.values() if not self.plan.is_scalar_read(x)])
+        return written * (written - 1) // 2 + written * read > OUTLINE_CHECKS
 
     def emit_scalar_group(self):
         """A group over shape (): straight-line code in the entry function, or in a compiled

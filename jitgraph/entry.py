@@ -199,6 +199,14 @@ class Entry:
         self.plain = ns["plain"]
         self.call = ns["call"] if self.threads else self.plain
 
+    def release_workspace(self):
+        """Drop the free workspace arenas, and the views a Python entry keeps of them."""
+        self.pool.clear()
+        module = sys.modules.get(self.lowered.program.module or "")
+        release = getattr(module, "release_views", None)
+        if release is not None:
+            release()
+
     def _untimed(self):
         """The thread policy stopped measuring (short calls): drop its timing from the calls."""
         self.call = self.plain

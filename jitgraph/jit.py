@@ -304,7 +304,7 @@ class JitFunction:
         with self._lock:
             for entry in self._entries.values():
                 if workspace:
-                    entry.pool.clear()
+                    entry.release_workspace()
                 if outputs:
                     entry.obufs[:] = [None] * len(entry.obufs)
 

@@ -175,6 +175,10 @@ class TieredEntry(_BackgroundBuild):
     def pool(self):
         return self.entry.pool if self.entry is not None else []
 
+    def release_workspace(self):
+        if self.entry is not None:
+            self.entry.release_workspace()
+
     @property
     def obufs(self):
         return self.entry.obufs if self.entry is not None else []

@@ -198,6 +198,37 @@ def test_new_batch_size_reuses_source_and_kernel():
     assert b.native == "reused"
 
 
+def _lstm_gates(z, c):
+    i, f, o, g = np.split(z, 4, axis=1)
+    c = 1.0 / (1.0 + np.exp(-f)) * c + 1.0 / (1.0 + np.exp(-i)) * np.tanh(g)
+    return np.sum((1.0 / (1.0 + np.exp(-o)) * np.tanh(c)) ** 2)
+
+
+def test_serial_loops_of_many_arrays_run_outlined_and_small_ones_inline():
+    # an LSTM cell's gradient: serial loops (under PARALLEL_MIN points) storing many arrays,
+    # which run in noalias functions of their own (emit_cpu.OUTLINE_MIN)
+    rng = np.random.default_rng(5)
+    z, c = rng.standard_normal((32, 256)), rng.standard_normal((32, 64))
+    f = jg.jit_grad(_lstm_gates, argnums=(0, 1))
+    src = f.lower(z, c).source
+    outlined = [line for line in src.splitlines() if line.startswith("def ") and "_loop(" in line]
+    assert outlined, src
+    for line in outlined:
+        name = line[4:line.index("(")]
+        assert f"@_rt.chunk_njit(**_OPTS)\n{line}" in src
+        assert f"    {name}(" in src                       # called directly, not launched
+    v, (gz, gc) = f(z, c)
+    ev, (ez, ec) = jg.value_and_grad(_lstm_gates, argnums=(0, 1))(z, c)
+    assert v == pytest.approx(ev, rel=1e-12)
+    np.testing.assert_allclose(gz, ez, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(gc, ec, rtol=1e-11, atol=1e-14)
+    # the same program on a few points, and a loop of two arrays, stay inline
+    small = jg.jit_grad(_lstm_gates, argnums=(0, 1))
+    assert "_loop(" not in small.lower(z[:2, :8], c[:2, :2]).source
+    two = jg.jit_grad(lambda x: np.sum(np.tanh(x)))
+    assert "_loop(" not in two.lower(rng.standard_normal(5000)).source
+
+
 def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
     import numba
 

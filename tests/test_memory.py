@@ -1,4 +1,6 @@
 """Memory planning (codegen/memory.py) and rematerialization (jitgraph/remat.py)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -283,6 +285,30 @@ def test_deep_program_runs_from_a_python_entry_with_shared_loops():
     n_funcs = src.count("\ndef group_")
     assert n_funcs <= 8 < n_groups          # the layers share their loops
     assert "del " in src                    # arrays are dropped after their last use
+
+
+def test_python_entry_makes_its_workspace_views_once_per_arena():
+    args = resmlp_args(14, width=4, batch=6)
+    f = jg.jit_grad(resmlp, argnums=(0, 1))
+    _, g = f(*args)
+    program = f.lower(*args).program
+    assert "V = _views(ws, wofs, dims)" in program.source and "_rt.slot_view" not in \
+        program.source.split("\ndef kernel(")[1]
+    views = sys.modules[program.module]._VIEWS
+    assert len(views) == 1
+    (kept,) = views.values()
+    for _ in range(3):
+        np.testing.assert_array_equal(_flat(f(*args)[1]), _flat(g))
+    assert list(views.values()) == [kept]        # the same arena, the same views
+    # another batch size (the same module, other sizes) gets views of its own sizes
+    other = resmlp_args(14, width=4, batch=9, seed=1)
+    _, g9 = f(*other)
+    want = jg.value_and_grad(resmlp, argnums=(0, 1))(*other)[1]
+    np.testing.assert_allclose(_flat(g9), _flat(want), rtol=1e-12, atol=1e-14)
+    assert f.lower(*other).program.module == program.module and len(views) == 2
+    f.release_buffers()
+    assert views == {}
+    np.testing.assert_array_equal(_flat(f(*args)[1]), _flat(g))
 
 
 def test_memory_report_table_and_function():

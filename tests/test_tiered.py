@@ -267,15 +267,17 @@ def test_a_python_entry_compiles_on_several_servers(monkeypatch, cold_cache):
     assert f.lower(w, x).native == "compiled" and compile_server.running() >= 2
 
 
-def _function(name, params, lines):
-    return f"def {name}({params}):\n" + "".join(f"    {line}\n" for line in lines) + "\n"
+def _function(name, params, lines, decorator="@njit"):
+    head = f"{decorator}\n" if decorator else ""
+    return head + f"def {name}({params}):\n" + "".join(f"    {line}\n" for line in lines) + "\n"
 
 
 def _stores(n):
     return [f"a[{k}] = {k + 1}" for k in range(n)]
 
 
-# group_1 and group_2 share a chunk function; group_3 is the longest; `unused` is not called
+# group_1 and group_2 share a chunk function; group_3 is the longest; `unused` is not called;
+# `_views` is plain Python (a Python entry's workspace views), which every server runs
 _SPLIT_SOURCE = (_function("group_1_chunk", "ch, nch, a", _stores(6))
                  + _function("group_1", "a", ["_rt.parallel_chunks(group_1_chunk, 2, a)"])
                  + _function("group_2", "a", ["_rt.parallel_chunks(group_1_chunk, 2, a)"])
@@ -283,7 +285,9 @@ _SPLIT_SOURCE = (_function("group_1_chunk", "ch, nch, a", _stores(6))
                  + _function("group_4", "a", _stores(1))
                  + _function("group_5", "a", _stores(1))
                  + _function("unused", "a", _stores(1))
-                 + _function("kernel", "a", [f"group_{k}(a)" for k in (1, 3, 2, 4, 5, 1)]))
+                 + _function("_views", "a", ["return (a,) * 20"], decorator=None)
+                 + _function("kernel", "a", ["V = _views(a)"] + [f"group_{k}(a)" for k in (1, 3, 2, 4, 5, 1)],
+                             decorator=None))
 
 
 def test_split_entry_deals_each_called_function_to_one_part():
