@@ -192,7 +192,7 @@ def chunk_njit(**options):
     one overlap it makes, an elementwise loop writing over an operand at the point it
     reads it (codegen/memory.py), reads each element before it writes it."""
     def decorate(fn):
-        d = njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, **options)(fn)
+        d = njit(**dict(options, no_cpython_wrapper=True, no_cfunc_wrapper=True))(fn)
         if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):
             d._compiler.__class__ = _NoAliasCompiler
         return d
