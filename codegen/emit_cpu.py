@@ -58,11 +58,11 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 # function of their own whose arrays are `noalias` parameters, like a chunk body
 # (launch.chunk_njit). Inline in the entry, or after reshapes in a group function, such a
 # loop stays scalar: LLVM's vectorizer gives up on the run-time overlap checks of so many
-# pointers (an LSTM cell's loop of 20 arrays over 32 x 64 points: 172 us inline, 54 us
+# pointers (an LSTM cell's loop of 20 arrays over 32 x 64 points: 172 us inline, 43 us
 # outlined). Loops of a few arrays get their checks from LLVM and stay inline.
 OUTLINE_MIN = 256
-VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
 OUTLINE_CHECKS = 8         # LLVM's -runtime-memory-check-threshold
+VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
 
 
 def uses_threads(source):
@@ -378,7 +378,7 @@ class Emitter(EmitterBase):
                "def _views(ws, wofs, dims):",
                "    key = dims.tobytes()",
                "    hit = _VIEWS.get(id(ws))",
-               "    if hit is not None and hit[0] is ws and hit[1] == key:",
+               "    if hit is not None and hit[1] == key:",
                "        return hit[2]"]
         for k, d in enumerate(self.sizes.values):
             src.append(f"    {self.sizes(d)} = dims[{k}]")
@@ -739,10 +739,10 @@ class GroupEmitter:
         return alloc, pre, chunk, post
 
     def _outlined(self):
-        """Does this serial loop run in a function of its own (see OUTLINE_MIN)? When it is
+        """Does this (serial) loop run in a function of its own (see OUTLINE_MIN)? When it is
         large enough and LLVM would need more run-time overlap checks than it makes (8 pairs:
         each array written against every other array the loop touches)."""
-        if self.parallel or self.plan.size < OUTLINE_MIN:
+        if self.plan.size < OUTLINE_MIN:
             return False
         written = len(self.writes) + len(self.direct_sinks)
         read = len([x for x in self.reads.values() if not self.plan.is_scalar_read(x)])
