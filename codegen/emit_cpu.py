@@ -593,7 +593,7 @@ class GroupEmitter:
             args = largs + [a for _, a in views]
         fname = self.em.function_name(lines, label, params, chunk=True)
         if not self.parallel:
-            return f"{fname}({', '.join(args)})"
+            return f"_rt.call({fname}, {', '.join(args)})"
         return f"_rt.parallel_chunks({fname}, nch, {', '.join(args)})"
 
     def _body(self):

@@ -38,6 +38,8 @@ from numba.core.dispatcher import _FunctionCompiler
 from numba.extending import intrinsic
 from numba.np.ufunc import parallel as _parallel
 
+from .symbols import declare_callee
+
 # 1 while launches may use the threading layer; 0 in a process forked from one that may have
 # started its threads (GNU OpenMP's threads do not survive a fork: Numba terminates a forked
 # child that launches on them). Launchers read it through an external symbol, so kernels
@@ -88,23 +90,23 @@ def parallel_chunks(typingctx, fn, nch, *args):
     def codegen(context, builder, signature, llargs):
         llnch = context.cast(builder, llargs[1], nch, types.int64)
         vals = [builder.extract_value(llargs[2], k) for k in range(len(argtys))]
-        cres = fn.dispatcher.overloads[callsig.args]
-        context.active_code_library.add_linking_library(cres.library)
+        # the chunk function's own code is called through its symbol, not linked in (symbols.py)
+        callee, _ = declare_callee(context, builder.module, fn, callsig)
         packer = context.get_arg_packer(argtys)
-        launch = _launcher(context, builder.module, cres, callsig, [v.type for v in vals], packer)
+        launch = _launcher(context, builder.module, callee, callsig, [v.type for v in vals], packer)
         builder.call(launch, [llnch] + list(packer.as_arguments(builder, vals)))
         return context.get_dummy_value()
 
     return types.none(fn, nch, types.StarArgTuple.from_types(argtys)), codegen
 
 
-def _launcher(context, mod, cres, callsig, val_types, packer):
+def _launcher(context, mod, callee, callsig, val_types, packer):
     """The module's launcher of one chunk function: void(intp nch, the arguments as Numba
     passes them), built once per module and chunk function. A call site only calls it.
     (Building the argument block at every call site instead made LLVM's function passes
     quadratic in the stores: a kernel of 60 launches of 22 arrays compiled in 6.7 s against
     2.9 s.)"""
-    name = cres.fndesc.mangled_name
+    name = callee.name
     intp = context.get_value_type(types.intp)
     i8p = ir.IntType(8).as_pointer()
     lfn = cgutils.get_or_insert_function(
@@ -132,7 +134,6 @@ def _launcher(context, mod, cres, callsig, val_types, packer):
         data = wb.bitcast(wdata, data_t.as_pointer())
         vals = [wb.load(_field(wb, data, k)) for k in range(len(val_types))]
         total = wb.load(_field(wb, data, len(val_types)))
-        callee = context.declare_function(mod, cres.fndesc)
         with cgutils.for_range(wb, count) as loop:
             context.call_conv.call_function(wb, callee, callsig.return_type, callsig.args,
                                             [wb.add(first, loop.index), total] + vals, attrs=("noinline",))

@@ -28,7 +28,9 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
                                 _SourceFileBackedLocatorMixin)
 from numba.core.registry import CPUDispatcher
 
-MAGIC = b"JGNB1\n"
+from . import symbols
+
+MAGIC = b"JGNB2\n"      # 2: compile results carry the symbols they call
 
 
 class CacheDirError(PermissionError):
@@ -74,11 +76,24 @@ class _Locator(_SourceFileBackedLocatorMixin, _CacheLocator):
         return cls(py_func, py_file)        # the directory is made when the first file is saved
 
 
+class _LinkedResultImpl(CompileResultCacheImpl):
+    """Compile results saved with the symbols their code calls (codegen/symbols.py), each made
+    resolvable before the code loads."""
+
+    def reduce(self, cres):
+        return symbols.required(cres.library), super().reduce(cres)
+
+    def rebuild(self, target_context, payload):
+        needs, inner = payload
+        symbols.ensure(needs)
+        return super().rebuild(target_context, inner)
+
+
 @functools.lru_cache(maxsize=None)
 def _impl_class(cache_path):
     """Numba's cache implementation with the one locator placing files in `cache_path`."""
     locator = type("Locator", (_Locator,), {"cache_path": cache_path})
-    return type("CacheImpl", (CompileResultCacheImpl,), {"_locator_classes": [locator]})
+    return type("CacheImpl", (_LinkedResultImpl,), {"_locator_classes": [locator]})
 
 
 class _CheckedFile(IndexDataCacheFile):
@@ -94,6 +109,8 @@ class _CheckedFile(IndexDataCacheFile):
         head = len(MAGIC) + 32
         if raw[:len(MAGIC)] == MAGIC and hashlib.sha256(raw[head:]).digest() == raw[len(MAGIC):head]:
             return raw[head:]
+        if raw[:4] == MAGIC[:4] and raw[len(MAGIC) - 1:len(MAGIC)] == b"\n" and raw[:len(MAGIC)] != MAGIC:
+            return None         # another version's format: a miss, overwritten when saved again
         warnings.warn(f"jitgraph: the compiled-code cache file {path} is corrupted (it does not "
                       "match its checksum); discarding it and compiling again", CorruptCacheWarning,
                       stacklevel=2)
@@ -165,6 +182,8 @@ class CheckedCache(FunctionCache):
             return None
         try:
             return super().load_overload(sig, target_context)
+        except symbols.SymbolError:     # a function its code calls changed its signature: a miss
+            return None
         except Exception as e:        # never let a bad cache entry stop a compile
             warnings.warn(f"jitgraph: could not load {self._name} from the cache ({type(e).__name__}: "
                           f"{e}); compiling it again", CorruptCacheWarning, stacklevel=2)

@@ -18,6 +18,7 @@ from .build import enable_cache, helpers_cache_dir
 from .emit_cpu import OPS as CPU
 from .emit_cuda import OPS as CUDA, _index, unravel
 from .source import literal
+from .symbols import by_symbol
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # no fastmath: sums keep their order
 RUN = 16          # argsort: insertion-sorted runs, then merged pairwise
@@ -172,6 +173,9 @@ def put_along_add(g, idx, out):
 
 
 enable_cache([cumsum, cumprod, _before, _sort_row, argsort, take_along, put_along_add], helpers_cache_dir)
+# generated code calls these through their symbols (symbols.py), not linked into each kernel
+cumsum, cumprod, argsort, take_along, put_along_add = map(by_symbol, (cumsum, cumprod, argsort, take_along,
+                                                                    put_along_add))
 
 
 # ---- CPU lowerings -----------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Library routines that generated kernels call, compiled once per machine (Numba disk cache).
 
-Kept out of the generated modules so that each new kernel links them instead of
+Kept out of the generated modules so that each new kernel calls them instead of
 compiling them again: Numba's `np.dot` and the gather/scatter loops cost a good
-fraction of a second each to compile.
+fraction of a second each to compile. Kernels call them through process-wide symbols
+(`symbols.py`), so their code is not even linked into each kernel and optimized there again.
 """
 import numba
 import numpy as np
@@ -15,6 +16,7 @@ from numba.np.arrayobj import populate_array
 from .blas import blas_threads_local, gemm_rows
 from .build import enable_cache, helpers_cache_dir
 from .launch import chunk_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
+from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
 
@@ -232,6 +234,12 @@ def scatter_set(v, idx, out):
 
 
 enable_cache(list(globals().values()), helpers_cache_dir)
+
+# generated code calls these through their symbols (symbols.py): compiled once per machine, not
+# linked into every kernel and compiled there again
+(matmul2d, matmul2d_par, matmul_batched, matmul_batched_par, broadcast_into, contiguous, copy, gather,
+ scatter_add, scatter_set) = map(by_symbol, (matmul2d, matmul2d_par, matmul_batched, matmul_batched_par,
+                                            broadcast_into, contiguous, copy, gather, scatter_add, scatter_set))
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form

@@ -216,7 +216,7 @@ def test_serial_loops_of_many_arrays_run_outlined_and_small_ones_inline():
     for line in outlined:
         name = line[4:line.index("(")]
         assert f"@_rt.chunk_njit(**_OPTS)\n{line}" in src
-        assert f"    {name}(" in src                       # called directly, not launched
+        assert f"    _rt.call({name}, " in src             # called through its symbol, not launched
     v, (gz, gc) = f(z, c)
     ev, (ez, ec) = jg.value_and_grad(_lstm_gates, argnums=(0, 1))(z, c)
     assert v == pytest.approx(ev, rel=1e-12)

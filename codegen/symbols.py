@@ -1,0 +1,201 @@
+"""Calls from compiled code to other compiled functions through a process-wide symbol.
+
+When one Numba function calls another, Numba links the callee's whole LLVM module into the
+caller's, optimizes it again there and makes machine code for it again: an MLP's gradient
+kernel was 18,300 lines of LLVM IR, 5,200 of them its own, the rest its loop functions
+(compiled once already) and the BLAS and gather helpers (compiled once per machine), re-made
+in every kernel. Here a caller declares the callee under a stable name instead and calls it
+with Numba's calling convention; the callee's code, compiled (or loaded from the disk cache)
+once, is registered under that name with LLVM (`llvm.add_symbol`), as Numba registers its
+own runtime's functions. The MLP's kernel IR is 7,700 lines this way; over the eleven
+programs of benchmarks/models/, `wait=True` first calls took 0.87x as long (geometric mean of
+side-by-side runs), the cost being more cache entries to load in a new process (one per
+callee: about 5 ms each).
+
+The name is a hash of the callee's module, name and signature, the same in every process.
+A cached caller records the names it needs (`required`); before its machine code loads, the
+cache (`numba_cache.py`) makes each one's callee ready (`ensure`): a callee that cannot be
+made ready for the recorded signature makes the load fail, and the caller compiles again,
+so code never loads with a name LLVM cannot resolve.
+
+`call(fn, *args)` calls the dispatcher `fn` this way from compiled code (from Python it is
+the plain call); `by_symbol(dispatcher)` is a callable that compiled code calls this way.
+"""
+import hashlib
+import importlib
+import sys
+
+import llvmlite.binding as llvm
+import numba
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import _Intrinsic
+from numba.core.imputils import impl_ret_new_ref
+
+PREFIX = "jitgraph_fn_"
+_LOADED = {}        # symbol -> the callee's compile result (kept alive: its code is called)
+_SPECS = {}         # symbol -> (module, qualified name, argument types): how to load it
+
+
+class SymbolError(RuntimeError):
+    """A cached caller needs a function that cannot be loaded under the recorded signature."""
+
+
+def symbol(dispatcher, argtypes, restype):
+    """The stable name of `dispatcher` compiled for `argtypes`, returning `restype`."""
+    f = dispatcher.py_func
+    key = f"{f.__module__}:{f.__qualname__}:{tuple(argtypes)!r}->{restype!r}"
+    return PREFIX + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def export(dispatcher, argtypes):
+    """Compile `dispatcher` for `argtypes` (Numba types, exact) or load it from its cache, and
+    register its code under its symbol; returns (symbol, compile result)."""
+    argtypes = tuple(argtypes)
+    cres = dispatcher.overloads.get(argtypes)
+    if cres is None:
+        dispatcher.compile(argtypes)
+        cres = dispatcher.overloads[argtypes]
+    name = symbol(dispatcher, cres.signature.args, cres.signature.return_type)
+    if _LOADED.get(name) is not cres:
+        llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
+        _LOADED[name] = cres
+        f = dispatcher.py_func
+        _SPECS[name] = (f.__module__, f.__qualname__, tuple(cres.signature.args))
+    return name, cres
+
+
+def required(library):
+    """The symbols a compiled library calls, with how to load each: [(symbol, module,
+    qualified name, argument types)]."""
+    return [(fn.name,) + _SPECS[fn.name] for fn in library._final_module.functions
+            if fn.is_declaration and fn.name.startswith(PREFIX)]
+
+
+def ensure(requirements):
+    """Make every required symbol resolvable (before code calling it loads): load or compile
+    each callee; SymbolError if one cannot be found or no longer has the recorded signature."""
+    for name, module, qualname, argtypes in requirements:
+        if name in _LOADED:
+            continue
+        try:
+            mod = sys.modules.get(module) or importlib.import_module(module)
+            obj = mod
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise SymbolError(f"{module}.{qualname} is not available ({e})") from None
+        disp = getattr(obj, "dispatcher", obj)
+        if not isinstance(disp, numba.core.registry.CPUDispatcher):
+            raise SymbolError(f"{module}.{qualname} is not a compiled function")
+        got, _ = export(disp, argtypes)
+        if got != name:
+            raise SymbolError(f"{module}.{qualname} no longer returns what its cached callers expect")
+
+
+def _emit_call(context, builder, name, cres, args):
+    """Call the function registered as `name` (compiled as `cres`) with Numba's calling
+    convention; an exception it raised propagates."""
+    sig = cres.signature
+    fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    status, ret = context.call_conv.call_function(builder, fn, sig.return_type, sig.args, args)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    return impl_ret_new_ref(context, builder, sig.return_type, ret)
+
+
+def _typed(typingctx, fntype, args):
+    """The call signature of dispatcher type `fntype` on `args` (compiling it), or None."""
+    if not isinstance(fntype, types.Dispatcher):
+        return None
+    callsig = fntype.get_call_type(typingctx, tuple(args), {})
+    if callsig is None:
+        return None
+    return callsig
+
+
+def declare_callee(context, module, fntype, callsig):
+    """(LLVM function declared in `module`, compile result) for the dispatcher type `fntype`
+    compiled for `callsig`: a declaration of its symbol, for code that builds its own call."""
+    name, cres = export(fntype.dispatcher, callsig.args)
+    sig = cres.signature
+    fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
+    return cgutils.get_or_insert_function(module, fnty, name), cres
+
+
+class _Call(_Intrinsic):
+    """`call(fn, *args)`: `fn(*args)`, through `fn`'s symbol in compiled code."""
+
+    def __init__(self):
+        def call(typingctx, fn, *args):
+            callsig = _typed(typingctx, fn, args)
+            if callsig is None:
+                return None
+
+            def codegen(context, builder, sig, llargs):
+                name, cres = export(fn.dispatcher, callsig.args)
+                vals = [context.cast(builder, v, t, ft) for v, t, ft in
+                        zip(cgutils.unpack_tuple(builder, llargs[1], len(args)), args, callsig.args)]
+                return _emit_call(context, builder, name, cres, vals)
+            return callsig.return_type(fn, types.StarArgTuple.from_types(tuple(args))), codegen
+        super().__init__("call", call)
+        self._register()
+
+    def __call__(self, fn, *args):
+        return fn(*args)
+
+    def __reduce__(self):
+        return "call"       # the module attribute
+
+
+class BySymbol(_Intrinsic):
+    """A compiled function that compiled code calls through its symbol; Python calls it as it is."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+
+        def typer(typingctx, *args):
+            callsig = _typed(typingctx, typingctx.resolve_value_type(dispatcher), args)
+            if callsig is None:
+                return None
+
+            def codegen(context, builder, sig, llargs):
+                name, cres = export(dispatcher, callsig.args)
+                vals = [context.cast(builder, v, t, ft) for v, t, ft in
+                        zip(cgutils.unpack_tuple(builder, llargs[0], len(args)), args, callsig.args)]
+                return _emit_call(context, builder, name, cres, vals)
+            return callsig.return_type(types.StarArgTuple.from_types(tuple(args))), codegen
+        typer.__name__ = typer.__qualname__ = dispatcher.py_func.__name__
+        typer.__module__ = dispatcher.py_func.__module__
+        typer.__doc__ = dispatcher.py_func.__doc__
+        super().__init__(dispatcher.py_func.__name__, typer)
+        self._register()
+
+    def __call__(self, *args):
+        return self.dispatcher(*args)
+
+    @property
+    def py_func(self):
+        return self.dispatcher.py_func
+
+    def __reduce__(self):
+        return self.__qualname__       # the module attribute of the same name
+
+    def __repr__(self):
+        return f"<compiled {self.__module__}.{self.__qualname__}, called by symbol>"
+
+
+if numba.config.DISABLE_JIT:
+    def call(fn, *args):
+        """`fn(*args)` (Python mode: no compiled code)."""
+        return fn(*args)
+
+    def by_symbol(fn):
+        return fn
+else:
+    call = _Call()
+
+    def by_symbol(dispatcher):
+        """`dispatcher`, called through its symbol from compiled code."""
+        return BySymbol(dispatcher)
