@@ -17,7 +17,8 @@ per core (JITGRAPH_COMPILE_JOBS sets the count): each runs the entry with the lo
 functions of the others replaced by a no-op (`split_entry` deals them out by their
 lines), so each compiles its share: on 2 cores the unrolled LSTM benchmark's `wait=True`
 compile took 5.8-5.9 s on two servers against 8.0-8.5 s on one. The extra servers start
-when a split first needs them.
+when a split first needs them. A kernel's loop functions compile on a second server while
+the first lowers the kernel (`compile_remote`'s `loops_beside`).
 
 A server starts on first use and serves one compile at a time. It reads its requests
 from a pipe and exits when the pipe closes, or within half a second of its parent's
@@ -42,6 +43,7 @@ import time
 
 import numpy as np
 
+from . import numba_cache, symbols
 from .build import cache_dir, load_kernel
 
 _LEN = struct.Struct("<Q")
@@ -166,10 +168,21 @@ def _stop():
 atexit.register(_stop)
 
 
-def compile_remote(path, function, argtypes):
+def compile_remote(path, function, argtypes, loops_beside=False):
     """Have the server compile `function` of the generated module at `path` for `argtypes`
-    (Numba types) into the disk cache. True when it did; False when the caller must compile."""
-    return _ask(("compile", path, function, tuple(argtypes), None))
+    (Numba types) into the disk cache. True when it did; False when the caller must compile.
+
+    With `loops_beside` and a second server (`jobs()`), that one compiles the loop functions
+    `function` calls meanwhile, last first (`symbols.loop_functions`): the first server types
+    the kernel without compiling them and compiles each where it lowers its call, so it
+    loads the ones the second has cached by then. Nobody waits for the second server."""
+    job = ("compile", path, function, tuple(argtypes), None)
+    if loops_beside and jobs() >= 2:
+        pool = _pool(2)
+        if len(pool) >= 2:
+            threading.Thread(target=_ask, args=(("loops",) + job[1:], pool[1]), daemon=True).start()
+            return _ask(job, pool[0])
+    return _ask(job)
 
 
 class Empty:
@@ -313,6 +326,10 @@ def _serve():
             fn, modname, _ = load_kernel(source, function)
             if kind == "compile":
                 fn.compile(payload)
+            elif kind == "loops":
+                for disp, argtypes in reversed(symbols.loop_functions(fn, payload)):
+                    if numba_cache.in_cache(disp, argtypes) is False:
+                        disp.compile(argtypes)
             else:
                 args = [np.empty(a.shape, a.dtype) if _is_empty(a) else a for a in payload]
                 _run_part(sys.modules[modname], fn, args, skip)

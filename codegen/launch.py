@@ -38,7 +38,7 @@ from numba.core.dispatcher import _FunctionCompiler
 from numba.extending import intrinsic
 from numba.np.ufunc import parallel as _parallel
 
-from .symbols import declare_callee
+from .symbols import call_type, declare_callee, mark_loop_function
 
 # 1 while launches may use the threading layer; 0 in a process forked from one that may have
 # started its threads (GNU OpenMP's threads do not survive a fork: Numba terminates a forked
@@ -85,13 +85,13 @@ def parallel_chunks(typingctx, fn, nch, *args):
     if not isinstance(fn, types.Dispatcher) or not isinstance(nch, types.Integer):
         return None
     argtys = tuple(args)
-    callsig = fn.get_call_type(typingctx, (types.int64, types.int64) + argtys, {})
+    callsig = call_type(typingctx, fn, (types.int64, types.int64) + argtys)
 
     def codegen(context, builder, signature, llargs):
         llnch = context.cast(builder, llargs[1], nch, types.int64)
         vals = [builder.extract_value(llargs[2], k) for k in range(len(argtys))]
         # the chunk function's own code is called through its symbol, not linked in (symbols.py)
-        callee, _ = declare_callee(context, builder.module, fn, callsig)
+        callee, _ = declare_callee(context, builder, fn, callsig)
         packer = context.get_arg_packer(argtys)
         launch = _launcher(context, builder.module, callee, callsig, [v.type for v in vals], packer)
         builder.call(launch, [llnch] + list(packer.as_arguments(builder, vals)))
@@ -196,7 +196,7 @@ def chunk_njit(**options):
         d = njit(**dict(options, no_cpython_wrapper=True, no_cfunc_wrapper=True))(fn)
         if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):
             d._compiler.__class__ = _NoAliasCompiler
-        return d
+        return mark_loop_function(d)
     return decorate
 
 

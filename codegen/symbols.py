@@ -20,10 +20,16 @@ so code never loads with a name LLVM cannot resolve.
 
 `call(fn, *args)` calls the dispatcher `fn` this way from compiled code (from Python it is
 the plain call); `by_symbol(dispatcher)` is a callable that compiled code calls this way.
+
+A caller's code needs only a callee's signature, so a loop function (a generated loop,
+marked by `mark_loop_function`, which returns nothing) is compiled where its call is lowered,
+not where its caller is typed: `loop_functions` finds what a kernel calls by typing it
+alone, and a second compile server compiles those while the first lowers the kernel.
 """
 import hashlib
 import importlib
 import sys
+import threading
 
 import llvmlite.binding as llvm
 import numba
@@ -105,23 +111,80 @@ def _emit_call(context, builder, name, cres, args):
     return impl_ret_new_ref(context, builder, sig.return_type, ret)
 
 
-def _typed(typingctx, fntype, args):
-    """The call signature of dispatcher type `fntype` on `args` (compiling it), or None."""
+class _Recorded(Exception):
+    """Raised where a recording compile (`loop_functions`) would start lowering its caller."""
+
+
+_state = threading.local()      # .recording: the list a `loop_functions` call collects into
+
+
+def mark_loop_function(dispatcher):
+    """Mark `dispatcher` (a generated loop or chunk function, which returns nothing) as one
+    whose compile waits until its caller's code is lowered (see `call_type`)."""
+    dispatcher._jitgraph_loop_function = True
+    return dispatcher
+
+
+def call_type(typingctx, fntype, args):
+    """The call signature of dispatcher type `fntype` on `args`, or None.
+
+    A loop function is not compiled here, where its caller is typed, but where the call is
+    lowered (`export`): its caller's type inference needs no more than its argument types
+    (it returns nothing), so a second process can compile the loop functions a kernel calls
+    while this one lowers the kernel (`loop_functions`)."""
     if not isinstance(fntype, types.Dispatcher):
         return None
-    callsig = fntype.get_call_type(typingctx, tuple(args), {})
-    if callsig is None:
-        return None
-    return callsig
+    disp = fntype.dispatcher
+    if getattr(disp, "_jitgraph_loop_function", False):
+        argtypes = tuple(types.unliteral(a) for a in args)
+        recording = getattr(_state, "recording", None)
+        if recording is not None and (disp, argtypes) not in recording:
+            recording.append((disp, argtypes))
+        return types.none(*argtypes)
+    return fntype.get_call_type(typingctx, tuple(args), {})
 
 
-def declare_callee(context, module, fntype, callsig):
-    """(LLVM function declared in `module`, compile result) for the dispatcher type `fntype`
+def _check_returns(callsig, cres):
+    if cres.signature.return_type != callsig.return_type:
+        raise TypeError(f"{cres.fndesc.qualname} returns {cres.signature.return_type}, its caller "
+                        f"expected {callsig.return_type}")
+
+
+def _lowering(builder):
+    """Stop a recording compile where its own function's lowering starts (functions it
+    compiles on the way, a loop's body say, compile in full)."""
+    tags = getattr(_state, "recording_tags", None)
+    if tags and all(t in builder.function.name for t in tags):
+        raise _Recorded()
+
+
+def loop_functions(dispatcher, argtypes):
+    """The loop functions (dispatcher, argument types) that `dispatcher` calls for `argtypes`,
+    in the order its code calls them: found by type inference alone (its compile stops
+    where lowering would start)."""
+    _state.recording = found = []
+    # the parts of its mangled LLVM name (Numba's: the length, then the text, of each part)
+    parts = dispatcher.py_func.__module__.split(".") + dispatcher.py_func.__qualname__.split(".")
+    _state.recording_tags = [f"{len(p)}{p}" for p in parts]
+    try:
+        dispatcher.compile(tuple(argtypes))
+    except Exception:           # _Recorded, as Numba wraps it: the caller's typing is done
+        pass
+    finally:
+        _state.recording = _state.recording_tags = None
+        getattr(dispatcher._compiler, "_failed_cache", {}).pop((tuple(argtypes), None), None)
+    return found
+
+
+def declare_callee(context, builder, fntype, callsig):
+    """(LLVM function declared in the builder's module, compile result) for the dispatcher type `fntype`
     compiled for `callsig`: a declaration of its symbol, for code that builds its own call."""
+    _lowering(builder)
     name, cres = export(fntype.dispatcher, callsig.args)
+    _check_returns(callsig, cres)
     sig = cres.signature
     fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
-    return cgutils.get_or_insert_function(module, fnty, name), cres
+    return cgutils.get_or_insert_function(builder.module, fnty, name), cres
 
 
 class _Call(_Intrinsic):
@@ -129,12 +192,14 @@ class _Call(_Intrinsic):
 
     def __init__(self):
         def call(typingctx, fn, *args):
-            callsig = _typed(typingctx, fn, args)
+            callsig = call_type(typingctx, fn, args)
             if callsig is None:
                 return None
 
             def codegen(context, builder, sig, llargs):
+                _lowering(builder)
                 name, cres = export(fn.dispatcher, callsig.args)
+                _check_returns(callsig, cres)
                 vals = [context.cast(builder, v, t, ft) for v, t, ft in
                         zip(cgutils.unpack_tuple(builder, llargs[1], len(args)), args, callsig.args)]
                 return _emit_call(context, builder, name, cres, vals)
@@ -156,12 +221,14 @@ class BySymbol(_Intrinsic):
         self.dispatcher = dispatcher
 
         def typer(typingctx, *args):
-            callsig = _typed(typingctx, typingctx.resolve_value_type(dispatcher), args)
+            callsig = call_type(typingctx, typingctx.resolve_value_type(dispatcher), args)
             if callsig is None:
                 return None
 
             def codegen(context, builder, sig, llargs):
+                _lowering(builder)
                 name, cres = export(dispatcher, callsig.args)
+                _check_returns(callsig, cres)
                 vals = [context.cast(builder, v, t, ft) for v, t, ft in
                         zip(cgutils.unpack_tuple(builder, llargs[0], len(args)), args, callsig.args)]
                 return _emit_call(context, builder, name, cres, vals)

@@ -28,6 +28,7 @@ import warnings
 from .api import unflatten_outputs
 from .entry import Stale
 from .interpreter import evaluate
+from .lowering import COMPILE_THREAD
 from .signature import guards_hold
 
 
@@ -44,7 +45,7 @@ class _Worker:
     def __init__(self):
         self.jobs = queue.Queue()
         self.pid = os.getpid()
-        self.thread = threading.Thread(target=self._run, name="jitgraph-compile", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=COMPILE_THREAD, daemon=True)
         self.thread.start()
 
     def _run(self):

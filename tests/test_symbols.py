@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jitgraph.codegen import symbols
+from jitgraph.codegen.launch import chunk_njit, parallel_chunks
 
 
 @numba.njit
@@ -77,6 +78,38 @@ def test_a_requirement_that_cannot_be_met_is_an_error_not_a_crash():
         symbols.ensure([(symbols.PREFIX + "1" * 32, __name__, "_double_into", argtypes)])
 
 
+@chunk_njit()
+def _ramp_loop(n, out):
+    for i in range(n):
+        out[i] = i
+
+
+@chunk_njit()
+def _twice_chunk(ch, nch, x, out):
+    for i in range(ch * x.shape[0] // nch, (ch + 1) * x.shape[0] // nch):
+        out[i] = 2.0 * x[i]
+
+
+@numba.njit
+def _kernel_of_loops(x, out, out2):
+    symbols.call(_ramp_loop, x.shape[0], out)
+    parallel_chunks(_twice_chunk, 2, x, out2)
+    return out.sum() + out2.sum()
+
+
+def test_loop_functions_are_found_by_typing_alone_and_compiled_where_their_calls_are_lowered():
+    x, out, out2 = np.arange(5.0), np.empty(5), np.empty(5)
+    argtypes = tuple(numba.typeof(a) for a in (x, out, out2))
+    found = symbols.loop_functions(_kernel_of_loops, argtypes)
+    i64 = numba.types.int64
+    assert found == [(_ramp_loop, (i64, argtypes[1])), (_twice_chunk, (i64, i64, argtypes[0], argtypes[2]))]
+    # typing the kernel compiled nothing: a second process can compile these meanwhile
+    assert not _ramp_loop.overloads and not _twice_chunk.overloads and not _kernel_of_loops.overloads
+    assert _kernel_of_loops(x, out, out2) == 10.0 + 20.0
+    assert _ramp_loop.overloads and _twice_chunk.overloads
+    assert symbols.loop_functions(_kernel_of_loops, argtypes) == []      # compiled: nothing to type
+
+
 CALLEE = """
 import numba
 @numba.njit
@@ -87,6 +120,7 @@ def scale(x):
 CALLER = """
 import numba
 from jitgraph.codegen import symbols
+from jitgraph.codegen.launch import chunk_njit, parallel_chunks
 from callee import scale
 @numba.njit
 def total(x):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jitgraph as jg
-from jitgraph import tiered
+from jitgraph import lowering, tiered
 from jitgraph.codegen import compile_server
 
 RNG = np.random.default_rng(5)
@@ -175,8 +175,8 @@ def _record_answers(monkeypatch, name):
     """The answers compile_server.<name> gives from now on (a list that grows)."""
     answers, real = [], getattr(compile_server, name)
 
-    def spy(*args):
-        answers.append(real(*args))
+    def spy(*args, **kwargs):
+        answers.append(real(*args, **kwargs))
         return answers[-1]
     monkeypatch.setattr(compile_server, name, spy)
     return answers
@@ -265,6 +265,38 @@ def test_a_python_entry_compiles_on_several_servers(monkeypatch, cold_cache):
     names = [n for p in parts for n in p]
     assert len(names) == len(set(names))        # each function compiled by one server
     assert f.lower(w, x).native == "compiled" and compile_server.running() >= 2
+
+
+def _three_loops(w, x):
+    h = np.tanh(x @ w)                        # a kernel of one entry calling several loop functions
+    return np.sum(np.exp(-h ** 2)) + np.sum(np.abs(x) * np.mean(h))
+
+
+def test_a_kernels_loop_functions_compile_on_a_second_server_meanwhile(monkeypatch, cold_cache):
+    monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
+    jobs = []
+    real = compile_server._ask
+
+    def spy(job, server=None):
+        answer = real(job, server)
+        jobs.append((job[0], answer))
+        return answer
+    monkeypatch.setattr(compile_server, "_ask", spy)
+    rng = np.random.default_rng(11)
+    w, x = rng.standard_normal((64, 64)) * 0.1, rng.standard_normal((1024, 64))
+    f = jg.jit_grad(_three_loops, wait=True)
+    v, g = f(w, x)
+    want = jg.value_and_grad(_three_loops)(w, x)
+    assert v == pytest.approx(want[0], rel=1e-12)
+    np.testing.assert_allclose(g, want[1], rtol=1e-10, atol=1e-14)
+    src = f.lower(w, x).source
+    assert src.count("@_rt.chunk_njit(") >= lowering.LOOPS_BESIDE_MIN
+    assert ("compile", True) in jobs and f.lower(w, x).native == "compiled"
+    for _ in range(100):            # the second server's answer arrives on its own thread
+        if any(kind == "loops" for kind, _ in jobs):
+            break
+        time.sleep(0.05)
+    assert ("loops", True) in jobs and compile_server.running() >= 2
 
 
 def _function(name, params, lines, decorator="@njit"):
