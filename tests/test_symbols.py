@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numba
 import numpy as np
@@ -49,7 +48,7 @@ def test_a_call_by_symbol_runs_the_callee_without_linking_its_code():
     needs = symbols.required(_library(_outer))
     assert len(needs) == 1
     name, module, qualname, argtypes = needs[0]
-    assert name.startswith(symbols.PREFIX) and f"declare" in ir and name in ir
+    assert name.startswith(symbols.PREFIX) and "declare" in ir and name in ir
     assert (module, qualname) == (__name__, "_double_into")
     assert argtypes == (numba.typeof(x), numba.typeof(out))
     assert name == symbols.symbol(_double_into, argtypes, numba.typeof(out))
