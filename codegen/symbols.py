@@ -39,7 +39,8 @@ from numba.core.extending import _Intrinsic
 from numba.core.imputils import impl_ret_new_ref
 
 PREFIX = "jitgraph_fn_"
-_LOADED = {}        # symbol -> the callee's compile result (kept alive: its code is called)
+_LOADED = {}        # symbol -> the compile result registered under it now
+_KEPT = []          # every compile result ever registered: code resolved to it may still call it
 _SPECS = {}         # symbol -> (module, qualified name, argument types): how to load it
 
 
@@ -66,6 +67,7 @@ def export(dispatcher, argtypes):
     if _LOADED.get(name) is not cres:
         llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
         _LOADED[name] = cres
+        _KEPT.append(cres)
         f = dispatcher.py_func
         _SPECS[name] = (f.__module__, f.__qualname__, tuple(cres.signature.args))
     return name, cres
