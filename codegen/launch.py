@@ -91,7 +91,7 @@ def parallel_chunks(typingctx, fn, nch, *args):
         llnch = context.cast(builder, llargs[1], nch, types.int64)
         vals = [builder.extract_value(llargs[2], k) for k in range(len(argtys))]
         # the chunk function's own code is called through its symbol, not linked in (symbols.py)
-        callee, _ = declare_callee(context, builder, fn, callsig)
+        callee = declare_callee(context, builder, fn.dispatcher, callsig)
         packer = context.get_arg_packer(argtys)
         launch = _launcher(context, builder.module, callee, callsig, [v.type for v in vals], packer)
         builder.call(launch, [llnch] + list(packer.as_arguments(builder, vals)))

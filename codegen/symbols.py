@@ -101,18 +101,6 @@ def ensure(requirements):
             raise SymbolError(f"{module}.{qualname} no longer returns what its cached callers expect")
 
 
-def _emit_call(context, builder, name, cres, args):
-    """Call the function registered as `name` (compiled as `cres`) with Numba's calling
-    convention; an exception it raised propagates."""
-    sig = cres.signature
-    fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
-    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-    status, ret = context.call_conv.call_function(builder, fn, sig.return_type, sig.args, args)
-    with cgutils.if_unlikely(builder, status.is_error):
-        context.call_conv.return_status_propagate(builder, status)
-    return impl_ret_new_ref(context, builder, sig.return_type, ret)
-
-
 class _Recorded(Exception):
     """Raised where a recording compile (`loop_functions`) would start lowering its caller."""
 
@@ -146,12 +134,6 @@ def call_type(typingctx, fntype, args):
     return fntype.get_call_type(typingctx, tuple(args), {})
 
 
-def _check_returns(callsig, cres):
-    if cres.signature.return_type != callsig.return_type:
-        raise TypeError(f"{cres.fndesc.qualname} returns {cres.signature.return_type}, its caller "
-                        f"expected {callsig.return_type}")
-
-
 def _lowering(builder):
     """Stop a recording compile where its own function's lowering starts (functions it
     compiles on the way, a loop's body say, compile in full)."""
@@ -178,15 +160,30 @@ def loop_functions(dispatcher, argtypes):
     return found
 
 
-def declare_callee(context, builder, fntype, callsig):
-    """(LLVM function declared in the builder's module, compile result) for the dispatcher type `fntype`
-    compiled for `callsig`: a declaration of its symbol, for code that builds its own call."""
+def declare_callee(context, builder, dispatcher, callsig):
+    """The LLVM function, declared in the builder's module, of `dispatcher` compiled for
+    `callsig` (`call_type`'s signature): a declaration of its symbol."""
     _lowering(builder)
-    name, cres = export(fntype.dispatcher, callsig.args)
-    _check_returns(callsig, cres)
-    sig = cres.signature
-    fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
-    return cgutils.get_or_insert_function(builder.module, fnty, name), cres
+    name, cres = export(dispatcher, callsig.args)
+    if cres.signature.return_type != callsig.return_type:
+        raise TypeError(f"{cres.fndesc.qualname} returns {cres.signature.return_type}, its caller "
+                        f"expected {callsig.return_type}")
+    fnty = context.call_conv.get_function_type(callsig.return_type, callsig.args)
+    return cgutils.get_or_insert_function(builder.module, fnty, name)
+
+
+def _call_codegen(dispatcher, callsig, args, star):
+    """The codegen of a call of `dispatcher` through its symbol, its arguments (of types `args`)
+    in the star-argument tuple at position `star`; an exception it raises propagates."""
+    def codegen(context, builder, sig, llargs):
+        vals = [context.cast(builder, v, t, ft) for v, t, ft in
+                zip(cgutils.unpack_tuple(builder, llargs[star], len(args)), args, callsig.args)]
+        fn = declare_callee(context, builder, dispatcher, callsig)
+        status, ret = context.call_conv.call_function(builder, fn, callsig.return_type, callsig.args, vals)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return impl_ret_new_ref(context, builder, callsig.return_type, ret)
+    return codegen
 
 
 class _Call(_Intrinsic):
@@ -197,15 +194,8 @@ class _Call(_Intrinsic):
             callsig = call_type(typingctx, fn, args)
             if callsig is None:
                 return None
-
-            def codegen(context, builder, sig, llargs):
-                _lowering(builder)
-                name, cres = export(fn.dispatcher, callsig.args)
-                _check_returns(callsig, cres)
-                vals = [context.cast(builder, v, t, ft) for v, t, ft in
-                        zip(cgutils.unpack_tuple(builder, llargs[1], len(args)), args, callsig.args)]
-                return _emit_call(context, builder, name, cres, vals)
-            return callsig.return_type(fn, types.StarArgTuple.from_types(tuple(args))), codegen
+            return (callsig.return_type(fn, types.StarArgTuple.from_types(tuple(args))),
+                    _call_codegen(fn.dispatcher, callsig, args, 1))
         super().__init__("call", call)
         self._register()
 
@@ -226,15 +216,8 @@ class BySymbol(_Intrinsic):
             callsig = call_type(typingctx, typingctx.resolve_value_type(dispatcher), args)
             if callsig is None:
                 return None
-
-            def codegen(context, builder, sig, llargs):
-                _lowering(builder)
-                name, cres = export(dispatcher, callsig.args)
-                _check_returns(callsig, cres)
-                vals = [context.cast(builder, v, t, ft) for v, t, ft in
-                        zip(cgutils.unpack_tuple(builder, llargs[0], len(args)), args, callsig.args)]
-                return _emit_call(context, builder, name, cres, vals)
-            return callsig.return_type(types.StarArgTuple.from_types(tuple(args))), codegen
+            return (callsig.return_type(types.StarArgTuple.from_types(tuple(args))),
+                    _call_codegen(dispatcher, callsig, args, 0))
         typer.__name__ = typer.__qualname__ = dispatcher.py_func.__name__
         typer.__module__ = dispatcher.py_func.__module__
         typer.__doc__ = dispatcher.py_func.__doc__

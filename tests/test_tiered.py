@@ -221,10 +221,10 @@ def _deep(w, x):
     return np.sum(h ** 2)
 
 
-def _compiled_matches_eager(fun, seed):
+def _compiled_matches_eager(fun, seed, rows=4, cols=5, scale=0.3):
     """jit_grad(fun, wait=True) on random (w, x), checked against eager value_and_grad."""
     rng = np.random.default_rng(seed)
-    w, x = rng.standard_normal((5, 5)) * 0.3, rng.standard_normal((4, 5))
+    w, x = rng.standard_normal((cols, cols)) * scale, rng.standard_normal((rows, cols))
     f = jg.jit_grad(fun, wait=True)
     v, g = f(w, x)
     want = jg.value_and_grad(fun)(w, x)
@@ -282,13 +282,7 @@ def test_a_kernels_loop_functions_compile_on_a_second_server_meanwhile(monkeypat
         jobs.append((job[0], answer))
         return answer
     monkeypatch.setattr(compile_server, "_ask", spy)
-    rng = np.random.default_rng(11)
-    w, x = rng.standard_normal((64, 64)) * 0.1, rng.standard_normal((1024, 64))
-    f = jg.jit_grad(_three_loops, wait=True)
-    v, g = f(w, x)
-    want = jg.value_and_grad(_three_loops)(w, x)
-    assert v == pytest.approx(want[0], rel=1e-12)
-    np.testing.assert_allclose(g, want[1], rtol=1e-10, atol=1e-14)
+    f, (w, x) = _compiled_matches_eager(_three_loops, 11, rows=1024, cols=64, scale=0.1)
     src = f.lower(w, x).source
     assert src.count("@_rt.chunk_njit(") >= lowering.LOOPS_BESIDE_MIN
     assert ("compile", True) in jobs and f.lower(w, x).native == "compiled"
