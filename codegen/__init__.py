@@ -5,14 +5,19 @@ source emission per target, building.
 and the Numba entry function. The back end reads the front end's IR and
 primitive registry; nothing here imports jitgraph's public API, which calls in.
 """
+import os
+
+import numpy as np
+
+from . import index
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
-from .build import cache_dir, cache_enabled, load_kernel
-from .emit_cpu import Emitter, uses_threads
+from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel
+from .emit_cpu import Emitter, _owned, uses_threads
 from .emit_cuda import compile_graph_cuda
 from .fusion import Group, OpStep, Partition
 from .memory import MemoryPlan, MemoryReport
-from .program import Program
+from .program import IndexedProgram, Program
 from .pymode import python_kernel
 
 
@@ -46,7 +51,7 @@ def memory_report(graph, parallel=True):
 
 
 def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp"), backend="numba",
-                  target="cpu", threads=True):
+                  target="cpu", threads=True, indexed_only=False):
     """Fuse, emit and build `graph`; backend "python" runs the source without Numba.
 
     target "cuda" builds numba.cuda kernels plus host code (codegen/emit_cuda.py).
@@ -56,13 +61,26 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     build computes the same bits on any number of threads. `Program.threads` says whether
     the program runs threads (parallel chunks or threaded products), `Program.upgradable`
     whether a threaded build would add some.
+
+    A graph built before (in any process sharing the cache directory) is not generated
+    again: its kernel module is found through the program index (codegen/index.py).
+    indexed_only=True returns None instead of generating.
     """
     if target == "cuda":
         return compile_graph_cuda(graph)
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    key = None
+    if backend == "numba" and cache_enabled():
+        key = index.key(graph, parallel=parallel, fastmath=tuple(fastmath), threads=threads)
+        program = _indexed(graph, key)
+        if program is not None or indexed_only:
+            return program
+    if indexed_only:
+        return None
     part, source, em = generate(graph, parallel, fastmath)
     upgradable = not threads and uses_threads(source)
+    gen_parallel = parallel and not upgradable
     if upgradable:
         part, source, em = generate(graph, False, fastmath)
     if backend == "python":
@@ -73,7 +91,48 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     program = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
     program.threads = uses_threads(source)
     program.upgradable = upgradable
+    program.generate_options = (gen_parallel, tuple(fastmath))
+    if key is not None and path is not None and os.path.isfile(path):
+        record = _record(graph, em, program)
+        if record is not None:
+            index.store(key, record)
     return program
+
+
+def _record(graph, em, program):
+    """What `_indexed` needs to make `program` again without generating it, or None when its
+    constants do not all come from the graph's own nodes or plain arrays."""
+    pos = {n.id: k for k, n in enumerate(graph.nodes)}
+    if any(n.id not in pos for n in em.const_args + em.scalar_consts):
+        return None
+    return dict(module=program.module, sizes=[int(v) for v in program.sizes],
+                const_nodes=[pos[n.id] for n in em.const_args],
+                extra_consts=[np.asarray(v) for _, v in em.extra_consts],
+                scalar_nodes=[pos[n.id] for n in em.scalar_consts],
+                ws_bytes=program.ws_bytes, ws_offsets=program.ws_offsets,
+                out_specs=[(tuple(s), np.dtype(d).str) for s, d in program.out_specs],
+                threads=program.threads, upgradable=program.upgradable,
+                generate_options=program.generate_options)
+
+
+def _indexed(graph, key):
+    """The Program of `graph` from the index record under `key` (its kernel module imported,
+    nothing generated), or None."""
+    rec = index.load(key)
+    if rec is None:
+        return None
+    try:
+        loaded = load_cached_kernel(rec["module"])
+        if loaded is None:
+            return None
+        nodes = graph.nodes
+        consts = [_owned(nodes[k].value) for k in rec["const_nodes"]] + list(rec["extra_consts"])
+        if rec["scalar_nodes"]:
+            consts.append(np.array([nodes[k].value.item() for k in rec["scalar_nodes"]], dtype=np.float64))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    kernel, module, path = loaded
+    return IndexedProgram(graph, kernel, module, path, rec, consts, generate)
 
 
 __all__ = ["compile_graph", "generate", "memory_report", "Program", "Partition", "Group", "OpStep", "MemoryPlan",

@@ -128,6 +128,24 @@ def load_kernel(source, entry="kernel"):
     return getattr(mod, entry), modname, mod.__file__
 
 
+def load_cached_kernel(modname, entry="kernel"):
+    """(function, module name, path) of kernel module `modname` when its file is in the cache
+    directory and intact (its content hashes to its name), else None."""
+    with _LOAD_LOCK:
+        mod = sys.modules.get(modname)
+    if mod is None:
+        path = os.path.join(cache_dir(), "kernels", modname + ".py")
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                source = f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if "jg_" + source_hash(source) != modname:
+            return None
+        return load_kernel(source, entry)
+    return getattr(mod, entry), modname, mod.__file__
+
+
 def _write(kdir, path, source):
     # temp file + rename: readers see the old file or the whole new one, never a partial one
     fd, tmp = tempfile.mkstemp(dir=kdir, suffix=".tmp")

@@ -33,6 +33,7 @@ allocates nothing per iteration (codegen/ops_cpu.py).
 Scratch buffers live for one step only (the per-chunk partial sums of a parallel
 reduction: MAX_CHUNKS rows each) and share a few slots across all steps.
 """
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -253,28 +254,39 @@ class MemoryPlan:
         by_start = sorted((it for it in self.items if it.node.id not in self.fresh),
                           key=lambda it: (it.start, it.node.id))
         free = {}          # size class -> slots free now
-        busy = []          # (end, slot, item)
+        # The values holding a slot, indexed two ways so that a long program (an unrolled
+        # network stores thousands of values) does not rescan all of them per value: a heap
+        # by last use, for releasing, and the holders whose last use is a given step, the only
+        # candidates for an in-place overwrite there. Both keep the order in which values took
+        # their slots (`seq`), which decides ties, so the plan is the same as one list scanned
+        # in that order would give.
+        ending = []        # heap of (end, seq, slot, item)
+        ends_at = {}       # end -> {seq: (slot, item)} of the holders still busy
+        seq = 0
         for it in by_start:
-            # release the slots whose values died before this step
-            still = []
-            for end, slot, old in busy:
-                if end < it.start:
-                    free.setdefault(self.slot_cls[slot], []).append(slot)
-                else:
-                    still.append((end, slot, old))
-            busy = still
+            # release the slots whose values died before this step, in the order they were taken
+            released = []
+            while ending and ending[0][0] < it.start:
+                end, k, slot, old = heapq.heappop(ending)
+                if ends_at.get(end, {}).pop(k, None) is not None:
+                    released.append((k, slot))
+            for _, slot in sorted(released):
+                free.setdefault(self.slot_cls[slot], []).append(slot)
             slot = None
             pool = free.get(it.cls)
             # an item assignment in place saves copying the array; a loop, only memory
             if pool and it.node.op not in IN_PLACE_UPDATES:
                 slot = pool.pop()
             else:
-                for k, (end, s, old) in enumerate(busy):
-                    if self.allow_in_place and self.slot_cls[s] == it.cls and self._in_place_ok(it, old):
-                        slot = s
-                        it.in_place = True
-                        del busy[k]
-                        break
+                if self.allow_in_place:
+                    # _in_place_ok needs the victim's last read at this very step
+                    candidates = ends_at.get(it.start, {})
+                    for k, (s, old) in candidates.items():
+                        if self.slot_cls[s] == it.cls and self._in_place_ok(it, old):
+                            slot = s
+                            it.in_place = True
+                            del candidates[k]      # its heap entry is skipped when popped
+                            break
                 if slot is None and pool:
                     slot = pool.pop()
             if slot is None:
@@ -284,7 +296,9 @@ class MemoryPlan:
             it.slot = slot
             self.slots[slot].append(it)
             self.slot_of[it.node.id] = slot
-            busy.append((it.end, slot, it))
+            heapq.heappush(ending, (it.end, seq, slot, it))
+            ends_at.setdefault(it.end, {})[seq] = (slot, it)
+            seq += 1
 
     def scratch(self, k, shape, itemsize, cls):
         """Slot index of the k-th scratch buffer of a step (live during that step only, so

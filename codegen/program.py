@@ -43,3 +43,44 @@ class Program:
             args += [self.new_workspace(self.ws_bytes), self.ws_offsets]
         args += [np.empty(shape, dt) for shape, dt in self.out_specs]
         return self.kernel(*args)
+
+
+class IndexedProgram(Program):
+    """A Program made from its index record (codegen/index.py): the kernel module is imported
+    and the call's values are known; the partition, the memory plan and the source are made
+    again (by `generate`, or read from the module's file) only when something reads them."""
+
+    def __init__(self, graph, kernel, module, path, record, consts, generate):
+        self.graph = graph
+        self.kernel, self.module, self.path = kernel, module, path
+        self.sizes = list(record["sizes"])
+        self.consts = consts
+        self.threads, self.upgradable = record["threads"], record["upgradable"]
+        self.generate_options = record["generate_options"]
+        self.ws_bytes, self.ws_offsets = record["ws_bytes"], record["ws_offsets"]
+        self.new_workspace = _host_workspace
+        self.out_specs = [(tuple(s), np.dtype(d)) for s, d in record["out_specs"]]
+        self._generate = generate
+        self._generated = None
+        self._source = None
+
+    def _regenerate(self):
+        if self._generated is None:
+            parallel, fastmath = self.generate_options
+            self._generated = self._generate(self.graph, parallel, fastmath)
+        return self._generated
+
+    @property
+    def partition(self):
+        return self._regenerate()[0]
+
+    @property
+    def plan(self):
+        return self._regenerate()[2].plan
+
+    @property
+    def source(self):
+        if self._source is None:
+            with open(self.path, encoding="utf-8", newline="") as f:
+                self._source = f.read()
+        return self._source

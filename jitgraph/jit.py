@@ -37,7 +37,7 @@ from .api import check_argnums, grad, value_and_grad
 from .core import Tensor
 from .entry import Stale
 from .codegen import cache_enabled as codegen_cache_enabled, compile_server
-from .lowering import Lowered, build, lower, resolved_target, trace
+from .lowering import Lowered, build, cached, lower, resolved_target, trace
 from .tiered import CompileWarning, TieredEntry, Upgrade
 from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, guards,
                         log_enabled, log_message, stale_names)
@@ -199,8 +199,14 @@ class JitFunction:
         return options, graph, guard_list, time.perf_counter() - t0
 
     def _tiered_entry(self, key, fun, dyn, argnums, desc):
-        """Trace now; compile in the background (tiered.py)."""
+        """Trace now; compile in the background (tiered.py), unless the disk cache holds the
+        compiled program (a program run before, in this or another process): then its
+        compiled entry, loaded now, serves from the first call."""
         options, graph, guard_list, trace_time = self._trace(fun, dyn, argnums)
+        entry = cached(graph, dyn, options, guard_list, desc, self._stats, trace_time)
+        if entry is not None:
+            self._debug(entry.lowered)
+            return entry
 
         serial = self._serial_first()
 

@@ -124,13 +124,14 @@ def trace(fun, dyn, argnums, options, guard_fun, stats):
     return graph
 
 
-def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):
+def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True, cached_only=False):
     """Generate and compile the program of a traced graph (applying the remat policy first),
     and run it once on `dyn` so that Numba compiles now; returns the `Entry`. `guard_list`:
     the globals and closure cells the trace read (`signature.guards`, taken when it traced).
     threads=False builds the program with plain loops and products on one thread
     (`codegen.compile_graph`; `entry.lowered.program.upgradable` says whether a threaded
-    build would differ)."""
+    build would differ). cached_only=True returns None unless the program is in the disk cache,
+    indexed and compiled (`cached`)."""
     t1 = time.perf_counter()
     target = resolved_target(options["target"])
     if options["grad"]:
@@ -138,7 +139,9 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
         graph = apply_policy(graph, options["remat"],
                              lambda g: codegen.memory_report(g, parallel=options["parallel"]))
     program = codegen.compile_graph(graph, parallel=options["parallel"], backend=options["backend"],
-                                    target=target, threads=threads)
+                                    target=target, threads=threads, indexed_only=cached_only)
+    if program is None:
+        return None
     leaves, _ = tree_flatten(tuple(dyn))
     lowered = Lowered(graph, program, {})
     entry = Entry(lowered, guard_list, desc, target, reuse=options["reuse_buffers"])
@@ -147,6 +150,8 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     # find out whether this was a compile, a disk-cache load or an in-process reuse
     before = _dispatch_state(program)
     args = _kernel_args(entry, leaves) if target == "cpu" and options["backend"] == "numba" else None
+    if cached_only and not _compiled_on_disk(program, args):
+        return None
     remote = False
     if args is not None and isinstance(program.kernel, numba.core.registry.CPUDispatcher):
         argtypes = tuple(program.kernel.typeof_pyval(a) for a in args)
@@ -173,6 +178,38 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
         stats["compiles"] += 1
     lowered.timings.update(trace=trace_time, compile=time.perf_counter() - t1)
     return entry
+
+
+def cached(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):
+    """The `Entry` of `graph`'s program when the disk cache holds it, indexed and compiled (it
+    is loaded, not generated or compiled: a new process's first call of a program run
+    before), else None."""
+    if options["backend"] != "numba" or resolved_target(options["target"]) != "cpu" \
+            or not codegen.cache_enabled() or isinstance(options["remat"], int):
+        return None      # (a remat budget is fitted by generating candidate programs)
+    try:
+        return build(graph, dyn, options, guard_list, desc, stats, trace_time, threads, cached_only=True)
+    except Exception:
+        return None      # the build proper reports it (tiered.py)
+
+
+def _compiled_on_disk(program, args):
+    """Does the disk cache (or this process) hold the native code of the program's kernel,
+    for the argument values `args` when it is an @njit function, else of each function of
+    its Python entry's module?"""
+    kernel = program.kernel
+    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    if mod is None:
+        return False
+    functions = _module_dispatchers(mod)
+    if args is not None and isinstance(kernel, numba.core.registry.CPUDispatcher):
+        argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+        if not (argtypes in kernel.overloads or numba_cache.in_cache(kernel, argtypes) is True):
+            return False
+        functions = [f for f in functions if f is not kernel]      # its loop functions
+    elif not functions:
+        return False
+    return all(f.overloads or numba_cache.has_cached(f) for f in functions)
 
 
 class _Captured(Exception):
