@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from . import index
+from . import compile_server, index
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
 from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel
@@ -74,8 +74,13 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
     if backend == "numba" and cache_enabled():
         key = index.key(graph, parallel=parallel, fastmath=tuple(fastmath), threads=threads)
         program = _indexed(graph, key)
-        if program is not None or indexed_only:
+        if program is not None:
             return program
+        # a program to compile, most likely: the compile server's imports (about a second)
+        # overlap the generation. Not started for a program loaded from the cache, where it
+        # would only compete with the first calls (and look like another process's load to
+        # their thread policy, jitgraph/threads.py)
+        compile_server.start()
     if indexed_only:
         return None
     part, source, em = generate(graph, parallel, fastmath)

@@ -36,7 +36,6 @@ import numpy as np
 from .api import check_argnums, grad, value_and_grad
 from .core import Tensor
 from .entry import Stale
-from .codegen import cache_enabled as codegen_cache_enabled, compile_server
 from .lowering import Lowered, build, cached, lower, resolved_target, trace
 from .tiered import CompileWarning, TieredEntry, Upgrade
 from .signature import (Inline, RetraceWarning, Signature, debug_level, env_int, fname, guards,
@@ -169,8 +168,6 @@ class JitFunction:
             desc = self.signature.describe(args)
             self.signature.explain(desc, self._stats["traces"])
             fun, dyn, argnums = self.signature.split_static(args, self.argnums, self.grad)
-            if self._native_cpu() and codegen_cache_enabled():
-                compile_server.start()      # its imports overlap the trace
             if self._tiered():
                 entry = self._tiered_entry(key, fun, dyn, argnums, desc)
             else:
