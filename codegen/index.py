@@ -185,8 +185,15 @@ def load(k):
     """The record stored under key `k`, or None."""
     if k is None or not build.cache_enabled():
         return None
+    d = _dir()
+    if not os.path.isdir(d):
+        return None
+    # records are unpickled: only from directories private to this user (else CacheDirError)
+    kernels = os.path.dirname(d)
+    for path in (os.path.dirname(kernels), kernels, d):
+        build.private_dir(path)
     try:
-        with open(os.path.join(_dir(), k + ".pkl"), "rb") as f:
+        with open(os.path.join(d, k + ".pkl"), "rb") as f:
             rec = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
         return None

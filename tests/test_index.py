@@ -10,7 +10,7 @@ import pytest
 import jitgraph as jg
 from jitgraph import lowering
 from jitgraph.api import trace_graph
-from jitgraph.codegen import index
+from jitgraph.codegen import build, index
 from jitgraph.codegen.program import IndexedProgram
 from jitgraph.graph import Graph, Node
 
@@ -192,3 +192,16 @@ def test_tiered_functions_whose_program_is_not_compiled_yet_still_interpret(tmp_
     assert f.wait(timeout=600)
     f(W, X)
     assert f.cache_info().interpreted_calls == 1 and f.cache_info().compiles == 1
+
+
+def test_records_are_read_only_from_a_private_directory(cache, monkeypatch):
+    _forget_kernel_modules(monkeypatch)
+    jg.jit_grad(loss)(W, X)
+    d = cache / "kernels" / "index"
+    os.chmod(d, 0o777)
+    monkeypatch.setattr(build, "_CHECKED_DIRS", set())
+    try:
+        with pytest.raises(build.CacheDirError, match="writable by other users"):
+            jg.jit_grad(loss, wait=True)(W, X)
+    finally:
+        os.chmod(d, 0o700)
