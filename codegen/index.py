@@ -20,8 +20,10 @@ end's module-level settings as they are at the build (`_settings`), and the vers
 CPU that name kernel modules (`build.source_hash`).
 
 Records are pickles in `<cache dir>/kernels/index/`, written atomically beside the modules
-they name (deleting `kernels/` deletes both). A record that cannot be read, or whose
-module is gone, is a miss: the program is generated as if there were no index.
+they name (deleting `kernels/` deletes both), behind a SHA-256 of their bytes like the
+compiled-code files (a record failing it is deleted with a `CorruptCacheWarning`), and read
+only from directories private to the user. A record that cannot be read, or whose module
+is gone, is a miss: the program is generated as if there were no index.
 """
 import hashlib
 import os
@@ -29,6 +31,7 @@ import importlib
 import pickle
 import tempfile
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -37,8 +40,10 @@ import jitgraph.graph
 from jitgraph.graph import Graph
 
 from . import build
+from .numba_cache import CorruptCacheWarning
 
 FORMAT = 1
+MAGIC = b"JGIX1\n"        # then the SHA-256 of the pickled record, then the record
 _STAMP = None
 _LOCK = threading.Lock()
 _FINGERPRINTS = weakref.WeakKeyDictionary()     # graph -> its fingerprint (graphs are not mutated)
@@ -192,10 +197,26 @@ def load(k):
     kernels = os.path.dirname(d)
     for path in (os.path.dirname(kernels), kernels, d):
         build.private_dir(path)
+    path = os.path.join(d, k + ".pkl")
     try:
-        with open(os.path.join(d, k + ".pkl"), "rb") as f:
-            rec = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    head = len(MAGIC) + 32
+    if raw[:len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).digest() != raw[len(MAGIC):head]:
+        # a damaged record: its sizes and offsets could send the kernel out of bounds
+        warnings.warn(f"jitgraph: the program index record {path} is corrupted (it does not match "
+                      "its checksum); discarding it and generating the program again",
+                      CorruptCacheWarning, stacklevel=3)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    try:
+        rec = pickle.loads(raw[head:])
+    except Exception:
         return None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         return None
@@ -210,8 +231,9 @@ def store(k, rec):
         d = build.private_dir(_dir())
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         try:
+            payload = pickle.dumps(dict(rec, format=FORMAT), protocol=pickle.HIGHEST_PROTOCOL)
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(dict(rec, format=FORMAT), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, os.path.join(d, k + ".pkl"))
         except BaseException:
             if os.path.exists(tmp):
