@@ -26,8 +26,8 @@ only from directories private to the user. A record that cannot be read, or whos
 is gone, is a miss: the program is generated as if there were no index.
 """
 import hashlib
-import os
 import importlib
+import os
 import pickle
 import tempfile
 import threading
@@ -60,12 +60,15 @@ def _code_stamp():
         h = hashlib.sha256()
         here = os.path.dirname(os.path.abspath(__file__))
         front = os.path.dirname(os.path.abspath(jitgraph.graph.__file__))
-        for d in sorted({here, front, os.path.join(front, "ops")}):
-            for name in sorted(os.listdir(d)):
-                if name.endswith(".py"):
-                    h.update(name.encode())
-                    with open(os.path.join(d, name), "rb") as f:
-                        h.update(f.read())
+        try:
+            for d in sorted({here, front, os.path.join(front, "ops")}):
+                for name in sorted(os.listdir(d)):
+                    if name.endswith(".py"):
+                        h.update(name.encode())
+                        with open(os.path.join(d, name), "rb") as f:
+                            h.update(f.read())
+        except OSError:          # sources not readable as files (a zipped install): the version
+            h = hashlib.sha256(f"jitgraph {build.__version__}".encode())
         _STAMP = h.hexdigest()[:16]
     return _STAMP
 
