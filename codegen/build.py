@@ -146,12 +146,14 @@ def load_cached_kernel(modname, entry="kernel"):
     return getattr(mod, entry), modname, mod.__file__
 
 
-def _write(kdir, path, source):
+def _write(kdir, path, data):
+    """Write `data` (text, or bytes) to `path` in directory `kdir`, atomically."""
     # temp file + rename: readers see the old file or the whole new one, never a partial one
     fd, tmp = tempfile.mkstemp(dir=kdir, suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(source)
+        with (os.fdopen(fd, "wb") if isinstance(data, bytes)
+              else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -29,9 +29,7 @@ import hashlib
 import importlib
 import os
 import pickle
-import tempfile
 import threading
-import warnings
 import weakref
 
 import numpy as np
@@ -40,7 +38,7 @@ import jitgraph.graph
 from jitgraph.graph import Graph
 
 from . import build
-from .numba_cache import CorruptCacheWarning
+from .numba_cache import checked, read_checked
 
 FORMAT = 1
 MAGIC = b"JGIX1\n"        # then the SHA-256 of the pickled record, then the record
@@ -200,25 +198,16 @@ def load(k):
     kernels = os.path.dirname(d)
     for path in (os.path.dirname(kernels), kernels, d):
         build.private_dir(path)
-    path = os.path.join(d, k + ".pkl")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # a damaged record is discarded: its sizes and offsets could send the kernel out of bounds
+        payload = read_checked(os.path.join(d, k + ".pkl"), MAGIC, "program index record",
+                               "generating the program again")
     except OSError:
         return None
-    head = len(MAGIC) + 32
-    if raw[:len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).digest() != raw[len(MAGIC):head]:
-        # a damaged record: its sizes and offsets could send the kernel out of bounds
-        warnings.warn(f"jitgraph: the program index record {path} is corrupted (it does not match "
-                      "its checksum); discarding it and generating the program again",
-                      CorruptCacheWarning, stacklevel=3)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    if payload is None:
         return None
     try:
-        rec = pickle.loads(raw[head:])
+        rec = pickle.loads(payload)
     except Exception:
         return None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
@@ -232,15 +221,7 @@ def store(k, rec):
         return
     try:
         d = build.private_dir(_dir())
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        try:
-            payload = pickle.dumps(dict(rec, format=FORMAT), protocol=pickle.HIGHEST_PROTOCOL)
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
-            os.replace(tmp, os.path.join(d, k + ".pkl"))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        payload = pickle.dumps(dict(rec, format=FORMAT), protocol=pickle.HIGHEST_PROTOCOL)
+        build._write(d, os.path.join(d, k + ".pkl"), checked(MAGIC, payload))
     except OSError:
         pass

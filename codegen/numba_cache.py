@@ -96,34 +96,46 @@ def _impl_class(cache_path):
     return type("CacheImpl", (_LinkedResultImpl,), {"_locator_classes": [locator]})
 
 
+def checked(magic, payload):
+    """`payload` as a checked file holds it: `magic`, the SHA-256 of `payload`, `payload`."""
+    return magic + hashlib.sha256(payload).digest() + payload
+
+
+def read_checked(path, magic, what, then):
+    """The payload of the checked file `path` (written as `checked(magic, payload)`), or None:
+    when it is missing, or in another version's format (a miss, overwritten when saved
+    again), or when it fails its check: then it is removed, with a `CorruptCacheWarning`
+    naming it as `what` and saying `then` (what happens instead)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    head = len(magic) + 32
+    if raw[:len(magic)] == magic and hashlib.sha256(raw[head:]).digest() == raw[len(magic):head]:
+        return raw[head:]
+    if raw[:4] == magic[:4] and raw[len(magic) - 1:len(magic)] == b"\n" and raw[:len(magic)] != magic:
+        return None         # another version's format
+    warnings.warn(f"jitgraph: the {what} {path} is corrupted (it does not match its checksum); "
+                  f"discarding it and {then}", CorruptCacheWarning, stacklevel=3)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return None
+
+
 class _CheckedFile(IndexDataCacheFile):
-    """Index and data files, each written as MAGIC + sha256(payload) + payload."""
+    """Index and data files, each written as `checked(MAGIC, payload)`."""
 
     def _read_checked(self, path):
         """The payload of `path`, or None (missing); a file failing its check is removed."""
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return None
-        head = len(MAGIC) + 32
-        if raw[:len(MAGIC)] == MAGIC and hashlib.sha256(raw[head:]).digest() == raw[len(MAGIC):head]:
-            return raw[head:]
-        if raw[:4] == MAGIC[:4] and raw[len(MAGIC) - 1:len(MAGIC)] == b"\n" and raw[:len(MAGIC)] != MAGIC:
-            return None         # another version's format: a miss, overwritten when saved again
-        warnings.warn(f"jitgraph: the compiled-code cache file {path} is corrupted (it does not "
-                      "match its checksum); discarding it and compiling again", CorruptCacheWarning,
-                      stacklevel=2)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        return None
+        return read_checked(path, MAGIC, "compiled-code cache file", "compiling again")
 
     def _write_checked(self, path, payload):
         try:
             with self._open_for_write(path) as f:
-                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+                f.write(checked(MAGIC, payload))
         except OSError as e:
             warn_write_failed(path, e)
 

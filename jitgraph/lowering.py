@@ -198,7 +198,7 @@ def _compiled_on_disk(program, args):
     for the argument values `args` when it is an @njit function, else of each function of
     its Python entry's module?"""
     kernel = program.kernel
-    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    mod = _module(program)
     if mod is None:
         return False
     functions = _module_dispatchers(mod)
@@ -269,7 +269,7 @@ def _run_in_server(program, args):
     functions into the disk cache, unless each of them is compiled here or cached already;
     True when the server ran it. Several servers share the functions when they are many
     (`compile_server.split_entry`)."""
-    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    mod = _module(program)
     if mod is None or not _server_usable():
         return False
     functions = _module_dispatchers(mod)
@@ -374,6 +374,11 @@ def _abstract(a):
     return tree_unflatten(tree, out)
 
 
+def _module(program):
+    """The imported module of a program's generated source, or None."""
+    return sys.modules.get(program.module) if isinstance(program.module, str) else None
+
+
 def _module_dispatchers(mod):
     """The Numba dispatchers a generated module defines (not the helpers it imports)."""
     return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
@@ -384,7 +389,7 @@ def _dispatch_state(program):
     """(compiled signatures, disk-cache hits) summed over the Numba dispatchers of a program's
     module (its entry, when compiled, and its loop functions), else None."""
     kernels = [program.kernel]
-    mod = sys.modules.get(program.module) if isinstance(program.module, str) else None
+    mod = _module(program)
     if mod is not None:
         kernels = _module_dispatchers(mod)
     kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
