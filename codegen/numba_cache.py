@@ -27,6 +27,7 @@ import warnings
 from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, _CacheLocator,
                                 _SourceFileBackedLocatorMixin)
 from numba.core.registry import CPUDispatcher
+from numba.core.runtime.nrt import rtsys
 
 from . import symbols
 
@@ -193,13 +194,29 @@ class CheckedCache(FunctionCache):
         if not self._usable():
             return None
         try:
-            return super().load_overload(sig, target_context)
+            return self._load_unrefreshed(sig, target_context)
         except symbols.SymbolError:     # a function its code calls changed its signature: a miss
+            return None
+        except Exception:               # perhaps something the refresh registers: the full path
+            pass
+        try:
+            return super().load_overload(sig, target_context)
+        except symbols.SymbolError:
             return None
         except Exception as e:        # never let a bad cache entry stop a compile
             warnings.warn(f"jitgraph: could not load {self._name} from the cache ({type(e).__name__}: "
                           f"{e}); compiling it again", CorruptCacheWarning, stacklevel=2)
             return None
+
+    def _load_unrefreshed(self, sig, target_context):
+        """Numba's `Cache.load_overload` without its `target_context.refresh()`. A process's
+        first refresh imports and registers Numba's whole library of implementations (about
+        0.2 s, most of a warm process's first call), which only compiling needs, and every
+        compile refreshes the contexts itself. Loaded machine code needs only the runtime
+        (NRT) symbols, which `rtsys.initialize` installs."""
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
 
     def save_overload(self, sig, data):
         if not self._usable():

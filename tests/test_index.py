@@ -150,13 +150,20 @@ t0 = time.perf_counter()
 v, g = f(W, X)
 first = time.perf_counter() - t0
 ready = f.ready()
+# a load from the disk cache skips Numba's registry refresh (which imports its implementations)
+unrefreshed = "numba.np.npyimpl" not in sys.modules
 want = jg.value_and_grad(loss)(W, X)
 f.wait()
 low = f.lower(W, X)
+info = f.cache_info()._asdict()
+# ... and a compile after it in the same process still works (it refreshes for itself)
+v2, g2 = jg.jit_grad(loss, wait=True)(W, X[:3])
+want2 = jg.value_and_grad(loss)(W, X[:3])
 print(json.dumps(dict(ready=ready, native=low.native, indexed=type(low.program).__name__,
                       ok=bool(abs(v - want[0]) <= 1e-12 * abs(want[0])
                               and np.allclose(g, want[1], rtol=1e-12)),
-                      **f.cache_info()._asdict())))
+                      ok2=bool(np.allclose(v2, want2[0], rtol=1e-12) and np.allclose(g2, want2[1], rtol=1e-12)),
+                      unrefreshed=unrefreshed, **info)))
 """
 
 
@@ -178,7 +185,9 @@ def test_a_new_process_starts_compiled_when_the_disk_cache_holds_the_program(tmp
     warm = run()            # the first call runs the kernel loaded from the disk cache
     assert warm["ok"] and warm["ready"] and warm["interpreted_calls"] == 0
     assert warm["native"] == "disk" and warm["disk_hits"] == 1 and warm["compiles"] == 0
-    assert warm["indexed"] == "IndexedProgram"
+    assert warm["indexed"] == "IndexedProgram" and warm["unrefreshed"] and warm["ok2"]
+    # the kernel module's code object is cached beside Numba's files (checked, like them)
+    assert list((tmp_path / "cache" / "kernels" / "__pycache__").glob("jg_*.code"))
 
 
 def test_tiered_functions_whose_program_is_not_compiled_yet_still_interpret(tmp_path, monkeypatch):
@@ -209,3 +218,17 @@ def test_records_are_read_only_from_a_private_directory(cache, monkeypatch):
             jg.jit_grad(loss, wait=True)(W, X)
     finally:
         os.chmod(d, 0o700)
+
+
+def test_a_damaged_compiled_module_is_compiled_again(cache, monkeypatch):
+    _forget_kernel_modules(monkeypatch)
+    want = jg.jit_grad(loss)(W, X)
+    (code,) = (cache / "kernels" / "__pycache__").glob("jg_*.code")
+    raw = bytearray(code.read_bytes())
+    raw[-5] ^= 1
+    code.write_bytes(bytes(raw))
+    _forget_kernel_modules(monkeypatch)
+    with pytest.warns(build.CorruptCacheWarning, match="compiled kernel module"):
+        got = jg.jit_grad(loss)(W, X)
+    assert got[0] == want[0] and np.array_equal(got[1], want[1])
+    assert code.read_bytes() != bytes(raw)           # written again, whole
