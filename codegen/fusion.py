@@ -265,14 +265,43 @@ class Partition:
 
     # ---- placement -----------------------------------------------------------------------
     def _avail(self, node, group):
-        """Can `group` read node's stored value? (produced before the group starts)"""
+        """Can `group` read node's stored value? (produced before the group starts, or by a
+        later step that `_hoist` can move in front of the group)"""
         for src in self.sources(node):
             if src.op in ("input", "const"):
                 continue
             step = self.step_of[src.id]
-            if step is group or step.seq >= group.seq:
+            if step is group or (step.seq > group.seq and not self._hoistable(step, group)):
                 return False
         return True
+
+    def _hoistable(self, step, group):
+        """Could `step` (placed after `group`) run just before it? Only if everything it reads
+        is produced before `group`. Typically a small step on parameters alone (a cast or
+        reshape of a layer norm's scale) that the greedy placement put after the big row
+        loop; left there, every loop over the rows reading it would be a loop of its own."""
+        for n in step.nodes:
+            for src in self.reads(n):
+                if src.op in ("input", "const"):
+                    continue
+                s = self.step_of.get(src.id)
+                if s is not step and (s is None or s.seq >= group.seq):
+                    return False
+        return True
+
+    def _hoist(self, node, group):
+        """Move the steps after `group` that produce what `node` reads in front of it (see
+        `_hoistable`; `node` is joining `group`)."""
+        for x in node.inputs:
+            if x.id in group.members:
+                continue
+            for src in self.sources(x):
+                step = self.step_of.get(src.id)
+                if step is not None and step is not group and step.seq > group.seq:
+                    self.steps.remove(step)
+                    self.steps.insert(group.seq, step)
+                    for i, s in enumerate(self.steps):
+                        s.seq = i
 
     def _view_ok(self, node):
         """Can `node` be an index view? (real, integer and boolean dtypes, whose zero a pad
@@ -434,6 +463,7 @@ class Partition:
                 if role is None:
                     role = self._role(g, node)
                 if role is not None:
+                    self._hoist(node, g)
                     g.add(node, role)
                     return g
             if node.op == "broadcast" or (node.op == "reshape" and unit_reshape(node)):

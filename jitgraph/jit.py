@@ -484,9 +484,9 @@ def hvp(fun, argnums=0, has_aux=False, **jit_options):
     H is the Hessian of the scalar `fun` with respect to the `argnums` arguments and `v`
     has their structure (a tuple of them for a tuple `argnums`). Computed as the gradient
     of <grad fun, v> (reverse over reverse: the backward graph is made of differentiable
-    ops), fused and compiled like any `jit` function. Measured (benchmarks/hvp.py) at about
-    2x one gradient for elementwise, MLP and row-logsumexp losses; a second-order graph
-    whose intermediates do not fuse into few loops (layer norm: 19x) costs more.
+    ops), fused and compiled like any `jit` function. Measured (benchmarks/hvp.py) at 1-2x
+    one gradient for elementwise, MLP, row-logsumexp and layer-norm losses (whose
+    second-order graph is one loop over the rows, a few passes over each row).
     """
 
     def hv(*args_and_v):

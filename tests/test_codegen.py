@@ -42,6 +42,24 @@ def test_row_workloads_are_one_row_loop(name):
     assert g.k == 1 and g.rank == 2  # rows outside, passes over each row inside
 
 
+def test_layer_norm_hvp_is_one_row_loop():
+    # the casts of the scale and shift (parameters only) are placed after the first row loop;
+    # they move in front of it, so the whole second-order graph stays one pass over the rows
+    w = WORKLOADS["w6"]
+    args = w["args"](np.random.default_rng(0), **SMALL["w6"])
+    v = tuple(np.ones_like(args[a]) for a in w["argnums"])
+    graph = jg.hvp(w["loss"], argnums=w["argnums"]).lower(*args, v).graph
+    part = codegen.Partition(graph)
+    rows = [g for g in part.groups() if g.k < g.rank]
+    assert len(rows) == 1, part.describe()
+    assert all(isinstance(s, codegen.Group) and s.rank == 1 for s in part.steps if s is not rows[0])
+    # no row-sized value is stored but the x-shaped output
+    stored = [n for n in graph.nodes if n.id in part.materialized and n.shape == args[0].shape]
+    assert len(stored) == 1, part.describe()
+    for i, step in enumerate(part.steps):        # steps renumbered in their new order
+        assert step.seq == i
+
+
 def test_mlp_matmuls_are_library_calls_and_softmax_is_one_row_group():
     graph, _ = workload_graph("w2")
     part = codegen.Partition(graph)
