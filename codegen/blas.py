@@ -6,9 +6,9 @@ weight gradient differed in its last bits between 1 and 2 threads), and (2) fell
 when another process kept a core busy: OpenBLAS's threads spin, then wait for each other, so a
 20000 x 100 matrix-vector product took 8.0 ms on 2 threads and 0.54 ms on 1, and the GP
 benchmark 54 ms against 34 ms. So kernels run BLAS on one thread per calling thread, and large
-products are split into row blocks that run on Numba's threads (`runtime.matmul2d_par`): the
-blocks depend on the sizes only, so results do not depend on the thread count, and Numba's
-threads follow the thread policy of jitgraph/threads.py.
+products are split into row (or column) blocks that run on Numba's threads
+(`runtime.matmul2d_par`): the blocks depend on the sizes only, so results do not depend on the
+thread count, and Numba's threads follow the thread policy of jitgraph/threads.py.
 
 `blas_threads_local(n)` sets the BLAS thread count to `n` and returns the previous one, in
 compiled code: OpenBLAS's `openblas_set_num_threads_local` (0.3.27 and later; in a pthreads
@@ -22,6 +22,8 @@ can be cached: the symbol is registered at import, before any of them loads.
 `gemm_rows(a, b, out, r0, r1)` is one dgemm/sgemm call (SciPy's, by the same kind of symbol)
 on a row block, reading C- or F-ordered operands in place through BLAS's leading dimensions:
 Numba's np.dot copies a strided operand (a row block of a transposed matrix) on every call.
+`gemm_cols` is the same call on a column block (for products of few rows), at an offset into
+b and out.
 """
 import ctypes
 
@@ -104,6 +106,15 @@ def gemm_rows(a, b, out, r0, r1):
     np.dot(a[r0:r1], b, out[r0:r1])
 
 
+def gemm_cols(a, b, out, c0, c1):
+    """out[:, c0:c1] = a @ b[:, c0:c1] for 2-D float arrays of one dtype (out C-ordered), for
+    products of few rows split into column blocks. Compiled, one BLAS gemm call at the
+    block's offset into b and out, with their leading dimensions: no strided view (which
+    would be another layout, another instance of the helpers, to compile). Interpreted:
+    NumPy."""
+    out[:, c0:c1] = a @ b[:, c0:c1]
+
+
 def _layout(x, isz):
     """(op, leading dimension) of x for column-major BLAS, or (0, 0) when x is neither C- nor
     F-ordered: a C-ordered x is x^T to BLAS ('N' of x^T), an F-ordered one x ('T')."""
@@ -121,10 +132,16 @@ else:
     MODE = _register()
     _EXTERNAL = types.ExternalFunction(SYMBOL, types.intc(types.intc))
     _GEMM_SIG = types.void(*([types.voidptr] * 13))
-    _GEMM = {}
+    # the same function with b and c passed as addresses (integers): a column block's offset
+    _GEMM_AT_SIG = types.void(*([types.voidptr] * 6 + [types.intp] + [types.voidptr] * 4
+                                + [types.intp, types.voidptr]))
+    _GEMM, _GEMM_AT = {}, {}
     for _name, _dt in (("dgemm", types.float64), ("sgemm", types.float32)):
-        llvm.add_symbol(f"jitgraph_{_name}", get_cython_function_address("scipy.linalg.cython_blas", _name))
+        _addr = get_cython_function_address("scipy.linalg.cython_blas", _name)
+        llvm.add_symbol(f"jitgraph_{_name}", _addr)
+        llvm.add_symbol(f"jitgraph_{_name}_at", _addr)
         _GEMM[_dt] = types.ExternalFunction(f"jitgraph_{_name}", _GEMM_SIG)
+        _GEMM_AT[_dt] = types.ExternalFunction(f"jitgraph_{_name}_at", _GEMM_AT_SIG)
 
     @overload(blas_threads_local)
     def _blas_threads_local_compiled(n):
@@ -184,4 +201,40 @@ else:
             fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
                scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, av.ctypes, ints[4:].ctypes, scalars[1:].ctypes,
                ov.ctypes, ints[5:].ctypes)
+        return impl
+
+    @overload(gemm_cols)
+    def _gemm_cols_compiled(a, b, out, c0, c1):
+        fn = _GEMM_AT.get(a.dtype)
+        if fn is None or b.dtype != a.dtype or out.dtype != a.dtype:
+            return None
+        if not (a.layout in "CF" and b.layout in "CF" and out.layout == "C"):
+            def naive(a, b, out, c0, c1):
+                _naive(a, b[:, c0:c1], out[:, c0:c1])
+            return naive
+
+        def impl(a, b, out, c0, c1):
+            # as gemm_rows, C' (nb x m) = op(b block) (nb x k) op(a) (k x m), where the block of
+            # b (and of out) starts c0 columns in and keeps the whole array's leading dimension
+            m, k, nb = a.shape[0], a.shape[1], c1 - c0
+            if m == 0 or nb <= 0:
+                return
+            if k == 0:
+                for i in range(m):
+                    for j in range(c0, c1):
+                        out[i, j] = 0
+                return
+            isz = a.itemsize
+            opa, lda = _layout_jit(a, isz)
+            opb, ldb = _layout_jit(b, isz)
+            chars = np.empty(2, np.uint8)
+            chars[0], chars[1] = opb, opa
+            ints = np.empty(6, np.int32)
+            ints[0], ints[1], ints[2], ints[3], ints[4] = nb, m, k, ldb, lda
+            ints[5] = max(1, out.strides[0] // isz if m > 1 else out.shape[1])
+            scalars = np.empty(2, a.dtype)
+            scalars[0], scalars[1] = 1, 0
+            fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
+               scalars[0:].ctypes, np.intp(b.ctypes.data) + c0 * b.strides[1], ints[3:].ctypes, a.ctypes,
+               ints[4:].ctypes, scalars[1:].ctypes, np.intp(out.ctypes.data) + c0 * out.strides[1], ints[5:].ctypes)
         return impl

@@ -13,7 +13,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from .blas import blas_threads_local, gemm_rows
+from .blas import blas_threads_local, gemm_cols, gemm_rows
 from .build import enable_cache, helpers_cache_dir
 from .launch import chunk_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
@@ -26,29 +26,43 @@ _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitg
 # power of two of them (even shares on 2, 4 or 8 threads). Each block is one BLAS call that
 # packs all of b again, so few blocks are best: a 256 x 784 x 512 product took 2.01, 2.12 and
 # 2.25 ms in 2, 4 and 8 row blocks on 2 threads (column blocks: 2.12-2.33; OpenBLAS's own 2
-# threads: 2.20; one thread: 3.95). Column blocks, for products of few rows, would double
-# the helpers' compile time (each layout of a strided block is another instance).
+# threads: 2.20; one thread: 3.95). A product of fewer than 2 * GEMM_BLOCK_ROWS rows (a weight
+# gradient, x^T @ dy, whose rows are a layer's width) is split into column blocks of at least
+# GEMM_BLOCK_COLS instead: a 128 x 512 x 384 one took 1.00 ms on one thread and 0.53 ms in two
+# column blocks on two (0.61 ms in four blocks of 96 columns).
 GEMM_BLOCK_FLOPS = 1 << 24
 GEMM_BLOCK_ROWS = 128
+GEMM_BLOCK_COLS = 128
 GEMM_MAX_BLOCKS = 8
 
 
 @njit(**_OPTS)
 def gemm_blocks(m, n, k):
-    """The number of row blocks of an (m, k) @ (k, n) product: a function of the sizes only."""
+    """The number of blocks of an (m, k) @ (k, n) product (row blocks, or column blocks when
+    `gemm_by_columns`): a function of the sizes only."""
     if 2 * m * n * k < GEMM_BLOCK_FLOPS:
         return 1
+    limit = n // GEMM_BLOCK_COLS if gemm_by_columns(m) else m // GEMM_BLOCK_ROWS
     nb = 1
-    while 2 * nb <= min(GEMM_MAX_BLOCKS, m // GEMM_BLOCK_ROWS):
+    while 2 * nb <= min(GEMM_MAX_BLOCKS, limit):
         nb *= 2
     return nb
 
 
 @njit(**_OPTS)
+def gemm_by_columns(m):
+    """Are an m-row product's blocks column blocks? (too few rows for two row blocks)"""
+    return m < 2 * GEMM_BLOCK_ROWS
+
+
+@njit(**_OPTS)
 def _gemm_block(t, nb, a, b, out):
-    """Row block t of nb of out = a @ b (a chunk of `parallel_chunks`)."""
-    m = a.shape[0]
-    gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb)
+    """Block t of nb of out = a @ b (a chunk of `parallel_chunks`)."""
+    m, n = a.shape[0], b.shape[1]
+    if nb > 1 and gemm_by_columns(m):
+        gemm_cols(a, b, out, t * n // nb, (t + 1) * n // nb)
+    else:
+        gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb)
 
 
 @njit(**_OPTS)

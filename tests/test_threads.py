@@ -122,7 +122,10 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 150))
     assert runtime.gemm_blocks(300, 150, 200) == 2 and runtime.gemm_blocks(2000, 2000, 2000) == 8
-    assert runtime.gemm_blocks(100, 600, 400) == 1 and runtime.gemm_blocks(100, 100, 100) == 1
+    assert runtime.gemm_blocks(100, 100, 100) == 1
+    # fewer than two row blocks' rows (a weight gradient): column blocks of 128 or more
+    assert runtime.gemm_by_columns(100) and runtime.gemm_blocks(100, 600, 400) == 4
+    assert runtime.gemm_blocks(128, 128, 2048) == 1 and not runtime.gemm_by_columns(300)
     for x in (a, np.asfortranarray(a)):
         serial, par = np.empty((300, 150)), np.empty((300, 150))
         runtime.matmul2d(x, b, serial)
@@ -132,9 +135,14 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
     # one BLAS call on the operands as laid out: F-ordered b, float32, a strided operand
     # (neither C- nor F-ordered: copied), blocks of one row, an empty inner dimension
     wa, wb = rng.standard_normal((300, 100)), rng.standard_normal((100, 600))
+    fa, fb = rng.standard_normal((100, 400)), rng.standard_normal((400, 600))
     for x, y in [(a, np.asfortranarray(b)), (a.astype(np.float32), b.astype(np.float32)),
                  (wa, wb), (np.asfortranarray(wa), np.asfortranarray(wb)),
-                 (a[:, ::2], b[::2]), (a[:1], b), (a[:, :0], b[:0])]:
+                 (a[:, ::2], b[::2]), (a[:1], b), (a[:, :0], b[:0]),
+                 # column blocks: C- and F-ordered, float32, a strided operand, one row
+                 (fa, fb), (np.asfortranarray(fa), fb[:, :500]), (fa, np.asfortranarray(fb)),
+                 (fa.astype(np.float32), fb.astype(np.float32)), (fa[:, ::2], fb[::2]),
+                 (fa[:1], np.asfortranarray(fb))]:
         serial, par = np.empty((x.shape[0], y.shape[1]), x.dtype), np.empty((x.shape[0], y.shape[1]), x.dtype)
         runtime.matmul2d(x, y, serial)
         runtime.matmul2d_par(x, y, par)
