@@ -131,17 +131,14 @@ if numba.config.DISABLE_JIT:
 else:
     MODE = _register()
     _EXTERNAL = types.ExternalFunction(SYMBOL, types.intc(types.intc))
-    _GEMM_SIG = types.void(*([types.voidptr] * 13))
-    # the same function with b and c passed as addresses (integers): a column block's offset
-    _GEMM_AT_SIG = types.void(*([types.voidptr] * 6 + [types.intp] + [types.voidptr] * 4
-                                + [types.intp, types.voidptr]))
-    _GEMM, _GEMM_AT = {}, {}
+    # the matrices are passed by address (integers), so that a block can start at an offset
+    # into them (gemm_cols); the other arguments by pointer, as Fortran takes them
+    _P, _ADDR = types.voidptr, types.intp
+    _GEMM_SIG = types.void(*([_P] * 6 + [_ADDR, _P, _ADDR, _P, _P, _ADDR, _P]))
+    _GEMM = {}
     for _name, _dt in (("dgemm", types.float64), ("sgemm", types.float32)):
-        _addr = get_cython_function_address("scipy.linalg.cython_blas", _name)
-        llvm.add_symbol(f"jitgraph_{_name}", _addr)
-        llvm.add_symbol(f"jitgraph_{_name}_at", _addr)
+        llvm.add_symbol(f"jitgraph_{_name}", get_cython_function_address("scipy.linalg.cython_blas", _name))
         _GEMM[_dt] = types.ExternalFunction(f"jitgraph_{_name}", _GEMM_SIG)
-        _GEMM_AT[_dt] = types.ExternalFunction(f"jitgraph_{_name}_at", _GEMM_AT_SIG)
 
     @overload(blas_threads_local)
     def _blas_threads_local_compiled(n):
@@ -162,10 +159,29 @@ else:
                     acc += av[i, p] * b[p, j]
                 ov[i, j] = acc
 
+    def _gemm_call(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
+        """One BLAS gemm call, in column-major terms C' (n x m) = op(B) (n x k) op(A) (k x m),
+        with C' at address c_addr (`out` gives the dtype). Compiled only."""
+
+    @overload(_gemm_call)
+    def _gemm_call_compiled(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
+        fn = _GEMM[out.dtype]
+
+        def impl(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
+            chars = np.empty(2, np.uint8)
+            chars[0], chars[1] = opb, opa
+            ints = np.empty(6, np.int32)
+            ints[0], ints[1], ints[2], ints[3], ints[4], ints[5] = n, m, k, ldb, lda, ldc
+            scalars = np.empty(2, out.dtype)
+            scalars[0], scalars[1] = 1, 0
+            fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
+               scalars[0:].ctypes, b_addr, ints[3:].ctypes, a_addr, ints[4:].ctypes, scalars[1:].ctypes,
+               c_addr, ints[5:].ctypes)
+        return impl
+
     @overload(gemm_rows)
     def _gemm_rows_compiled(a, b, out, r0, r1):
-        fn = _GEMM.get(a.dtype)
-        if fn is None or b.dtype != a.dtype or out.dtype != a.dtype:
+        if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
             return None
 
         # C- and F-ordered operands and a C-ordered out (all jitgraph's kernels pass) always go
@@ -191,22 +207,13 @@ else:
                                   or (mb > 1 and ov.strides[0] < n * isz)):
                 _naive(av, b, ov)
                 return
-            chars = np.empty(2, np.uint8)
-            chars[0], chars[1] = opb, opa
-            ints = np.empty(6, np.int32)
-            ints[0], ints[1], ints[2], ints[3], ints[4] = n, mb, k, ldb, lda
-            ints[5] = max(1, ov.strides[0] // isz if mb > 1 else n)
-            scalars = np.empty(2, av.dtype)
-            scalars[0], scalars[1] = 1, 0
-            fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
-               scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, av.ctypes, ints[4:].ctypes, scalars[1:].ctypes,
-               ov.ctypes, ints[5:].ctypes)
+            _gemm_call(ov, opb, opa, n, mb, k, np.intp(b.ctypes.data), ldb, np.intp(av.ctypes.data), lda,
+                       np.intp(ov.ctypes.data), max(1, ov.strides[0] // isz if mb > 1 else n))
         return impl
 
     @overload(gemm_cols)
     def _gemm_cols_compiled(a, b, out, c0, c1):
-        fn = _GEMM_AT.get(a.dtype)
-        if fn is None or b.dtype != a.dtype or out.dtype != a.dtype:
+        if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
             return None
         if not (a.layout in "CF" and b.layout in "CF" and out.layout == "C"):
             def naive(a, b, out, c0, c1):
@@ -227,14 +234,7 @@ else:
             isz = a.itemsize
             opa, lda = _layout_jit(a, isz)
             opb, ldb = _layout_jit(b, isz)
-            chars = np.empty(2, np.uint8)
-            chars[0], chars[1] = opb, opa
-            ints = np.empty(6, np.int32)
-            ints[0], ints[1], ints[2], ints[3], ints[4] = nb, m, k, ldb, lda
-            ints[5] = max(1, out.strides[0] // isz if m > 1 else out.shape[1])
-            scalars = np.empty(2, a.dtype)
-            scalars[0], scalars[1] = 1, 0
-            fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
-               scalars[0:].ctypes, np.intp(b.ctypes.data) + c0 * b.strides[1], ints[3:].ctypes, a.ctypes,
-               ints[4:].ctypes, scalars[1:].ctypes, np.intp(out.ctypes.data) + c0 * out.strides[1], ints[5:].ctypes)
+            _gemm_call(out, opb, opa, nb, m, k, np.intp(b.ctypes.data) + c0 * b.strides[1], ldb,
+                       np.intp(a.ctypes.data), lda, np.intp(out.ctypes.data) + c0 * out.strides[1],
+                       max(1, out.strides[0] // isz if m > 1 else out.shape[1]))
         return impl
