@@ -1,4 +1,7 @@
 """The reference interpreter: runs any Graph with NumPy. The oracle for every backend."""
+import threading
+import weakref
+
 import numpy as np
 
 from .ops.registry import PRIMS
@@ -27,8 +30,23 @@ def run_graph(graph, args, apply, env=None):
     return [env[n.id] for n in graph.outputs]
 
 
+_DEAD_AFTER = weakref.WeakKeyDictionary()   # graph -> _dead_after(graph) (graphs are not mutated)
+_LOCK = threading.Lock()
+
+
 def _dead_after(graph):
-    """Position in graph.nodes -> ids of the values last read there (outputs live on)."""
+    """Position in graph.nodes -> ids of the values last read there (outputs live on);
+    computed once per graph (a loop body is run once per iteration)."""
+    with _LOCK:
+        out = _DEAD_AFTER.get(graph)
+    if out is None:
+        out = _last_reads(graph)
+        with _LOCK:
+            _DEAD_AFTER[graph] = out
+    return out
+
+
+def _last_reads(graph):
     last = {}
     for k, node in enumerate(graph.nodes):
         for i in node.inputs:
