@@ -121,20 +121,16 @@ def source_hash(source):
 
 def load_kernel(source, entry="kernel"):
     """Import `source` as module jg_<hash> from the cache dir; returns (function, module name, path)."""
-    modname = "jg_" + source_hash(source)
-    with _LOAD_LOCK:
-        mod = sys.modules.get(modname)
-        if mod is None:
-            mod = _import(source, modname)
-    return getattr(mod, entry), modname, mod.__file__
+    return _load(source, "jg_" + source_hash(source), entry)
 
 
 def load_cached_kernel(modname, entry="kernel"):
     """(function, module name, path) of kernel module `modname` when its file is in the cache
     directory and intact (its content hashes to its name), else None."""
     with _LOAD_LOCK:
-        mod = sys.modules.get(modname)
-    if mod is None:
+        imported = modname in sys.modules
+    source = None
+    if not imported:
         path = os.path.join(cache_dir(), "kernels", modname + ".py")
         try:
             with open(path, encoding="utf-8", newline="") as f:
@@ -143,7 +139,14 @@ def load_cached_kernel(modname, entry="kernel"):
             return None
         if "jg_" + source_hash(source) != modname:
             return None
-        return load_kernel(source, entry)
+    return _load(source, modname, entry, on_disk=True)
+
+
+def _load(source, modname, entry, on_disk=False):
+    with _LOAD_LOCK:
+        mod = sys.modules.get(modname)
+        if mod is None:
+            mod = _import(source, modname, on_disk)
     return getattr(mod, entry), modname, mod.__file__
 
 
@@ -172,27 +175,31 @@ def enable_cache(functions, path):
     numba_cache.enable(functions, path, check=private_dir)
 
 
-def _import(source, modname):
+def _import(source, modname, on_disk=False):
+    """Import kernel module `modname` from its file in the cache dir, writing `source` there
+    first unless the file holds it (on_disk=True: it was just read and checked)."""
     kdir = private_dir(os.path.join(private_dir(cache_dir()), "kernels"))
     path = os.path.join(kdir, modname + ".py")
-    try:
-        with open(path, "rb") as f:
-            on_disk = f.read()
-    except FileNotFoundError:
-        on_disk = None
-    try:
-        if on_disk is None:
-            _write(kdir, path, source)
-        elif on_disk != source.encode():
-            # the name is the hash of the source: a mismatch is a truncated or corrupted file.
-            # Never run it; its new content also changes Numba's source stamp, so the compiled
-            # code cached for the old file is not loaded either.
-            warnings.warn(f"jitgraph: cached kernel {path} is corrupted (its content does not match "
-                          "its hash); rewriting and recompiling it", CorruptCacheWarning, stacklevel=5)
-            _write(kdir, path, source)
-    except OSError as e:
-        numba_cache.warn_write_failed(path, e)
-        return _import_from_memory(source, modname)
+    if not on_disk:
+        try:
+            with open(path, "rb") as f:
+                held = f.read()
+        except FileNotFoundError:
+            held = None
+        try:
+            if held is None:
+                _write(kdir, path, source)
+            elif held != source.encode():
+                # the name is the hash of the source: a mismatch is a truncated or corrupted
+                # file. Never run it; its new content also changes Numba's source stamp, so the
+                # compiled code cached for the old file is not loaded either.
+                warnings.warn(f"jitgraph: cached kernel {path} is corrupted (its content does not "
+                              "match its hash); rewriting and recompiling it", CorruptCacheWarning,
+                              stacklevel=6)
+                _write(kdir, path, source)
+        except OSError as e:
+            numba_cache.warn_write_failed(path, e)
+            return _import_from_memory(source, modname)
     code = _code(kdir, path, source, modname)
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
