@@ -92,28 +92,14 @@ def _cpu():
     return _CPU
 
 
-def _helpers_stamp():
-    """A hash of the helper modules whose compiled code a cached kernel contains (Numba links a
-    called helper into its caller), so that a changed helper is never run from an old kernel
-    even where the version number did not change (an editable install)."""
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("runtime.py", "mathlib.py", "blas.py", "linalg_runtime.py", "cuda_runtime.py"):
-        try:
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(f.read())
-        except OSError:
-            h.update(name.encode())
-    return h.hexdigest()[:16]
-
-
-_HELPERS = _helpers_stamp()
 
 
 def source_hash(source):
     h = hashlib.sha256()
-    for part in (source, numba.__version__, llvmlite.__version__, np.__version__, __version__, _HELPERS,
-                 platform.machine(), _cpu(), sys.version.split()[0]):
+    # HELPERS_STAMP: Numba links a called helper into its caller, so a changed helper module is
+    # never run from an old kernel, even where the version number did not change (an editable install)
+    for part in (source, numba.__version__, llvmlite.__version__, np.__version__, __version__,
+                 numba_cache.HELPERS_STAMP, platform.machine(), _cpu(), sys.version.split()[0]):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]

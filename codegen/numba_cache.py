@@ -59,9 +59,37 @@ def warn_write_failed(path, exc):
                       stacklevel=3)
 
 
+# The modules whose code Numba compiles into jitgraph's cached functions besides their own
+# file: the helpers, the overloads and intrinsics they call (blas.py's gemm into runtime.py's
+# products, launch.py's parallel launch, symbols.py's calls), and mathlib.py's functions.
+HELPER_SOURCES = ("runtime.py", "mathlib.py", "blas.py", "linalg_runtime.py", "cuda_runtime.py",
+                  "launch.py", "symbols.py", "ops_order.py")
+
+
+def _helpers_stamp():
+    """A hash of HELPER_SOURCES' contents."""
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in HELPER_SOURCES:
+        try:
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(name.encode())
+    return h.hexdigest()[:16]
+
+
+HELPERS_STAMP = _helpers_stamp()
+
+
 class _Locator(_SourceFileBackedLocatorMixin, _CacheLocator):
     """A function's cache files live in a directory jitgraph chose; freshness is Numba's source
-    stamp (a hash of the source file's content)."""
+    stamp (a hash of the source file's content) and HELPERS_STAMP: code compiled from one file
+    holds code of the others (an edited blas.py had left runtime.py's cached products calling a
+    BLAS symbol that no longer existed, a crash), so a change to any of them compiles it again."""
+
+    def get_source_stamp(self):
+        return (super().get_source_stamp(), HELPERS_STAMP)
 
     cache_path = None
 

@@ -288,3 +288,23 @@ def test_two_processes_compiling_at_once_agree(tmp_path):
     files = os.listdir(tmp_path / "cache" / "kernels")
     assert len([f for f in files if f.endswith(".py")]) == 1
     assert not [f for f in files if f.endswith(".tmp")]
+
+
+def test_compiled_code_is_stale_when_a_helper_module_changes(tmp_path, monkeypatch):
+    # code compiled from one file holds code of the helper modules (blas.py's gemm inside
+    # runtime.py's products): a change to any of them must not leave the old code cached
+    import importlib
+    from numba import njit, types
+    from jitgraph.codegen import numba_cache
+    mod_dir = tmp_path / "mods"
+    mod_dir.mkdir()
+    name = f"stampmod_{uuid.uuid4().hex}"
+    (mod_dir / f"{name}.py").write_text("def twice(x):\n    return 2.0 * x\n")
+    monkeypatch.syspath_prepend(str(mod_dir))
+    fn = njit(importlib.import_module(name).twice)
+    argtypes = (types.float64,)
+    numba_cache.enable([fn], str(tmp_path / "cache"))
+    assert fn(1.5) == 3.0 and numba_cache.in_cache(fn, argtypes) is True
+    monkeypatch.setattr(numba_cache, "HELPERS_STAMP", numba_cache.HELPERS_STAMP + "-changed")
+    numba_cache.enable([fn], str(tmp_path / "cache"))
+    assert numba_cache.in_cache(fn, argtypes) is False
