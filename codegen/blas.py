@@ -26,6 +26,10 @@ Numba's np.dot copies a strided operand (a row block of a transposed matrix) on 
 b and out.
 """
 import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import sys
 
 import llvmlite.binding as llvm
 import numba
@@ -37,11 +41,27 @@ SYMBOL = "jitgraph_blas_threads_local"
 _KEEP = []          # ctypes and cfunc objects whose addresses are registered
 
 
+def _cython_blas():
+    """SciPy's `scipy.linalg.cython_blas` module. Where `scipy.linalg` is not imported yet, the
+    extension is loaded from its file alone and registered under its name: the package's
+    __init__ (0.15 s, most of it SciPy's array-API layer) is not needed for BLAS symbols, and
+    the compile server's start waits on it. A later `import scipy.linalg` finds it loaded."""
+    name = "scipy.linalg.cython_blas"
+    if name in sys.modules or "scipy.linalg" in sys.modules:
+        return importlib.import_module(name)
+    import scipy
+    spec = importlib.machinery.PathFinder.find_spec(name, [os.path.join(p, "linalg") for p in scipy.__path__])
+    if spec is None:
+        return importlib.import_module(name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sys.modules.setdefault(name, module)
+
+
 def _blas_library():
     """A handle searching SciPy's BLAS (the library that Numba's np.dot calls), or None."""
     try:
-        import scipy.linalg.cython_blas as cython_blas
-        return ctypes.CDLL(cython_blas.__file__)
+        return ctypes.CDLL(_cython_blas().__file__)
     except (ImportError, OSError):
         return None
 

@@ -191,6 +191,24 @@ def test_kernels_compile_in_the_compile_server(monkeypatch, cold_cache):
     assert f.lower(x).native == "compiled" and f.cache_info().compiles == 1
 
 
+def test_the_compile_server_starts_without_the_front_end():
+    """The server's command line registers jitgraph and jitgraph.codegen without running their
+    __init__ (the front end, SciPy's special functions), and loads SciPy's BLAS without the
+    scipy.linalg package: a kernel's helper modules import, with BLAS symbols, and nothing else."""
+    last = "compile_server.main()\n"
+    assert compile_server._BOOT.endswith(last)
+    probe = compile_server._BOOT[:-len(last)] + textwrap.dedent("""\
+        from jitgraph.codegen import blas, mathlib, runtime
+        heavy = ("jitgraph.api", "jitgraph.jit", "jitgraph.core", "scipy.special", "scipy.linalg")
+        print(blas.MODE, [m for m in heavy if m in sys.modules])
+        """)
+    out = subprocess.run([sys.executable, "-c", probe] + compile_server._package_paths(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    mode, loaded = out.stdout.split(maxsplit=1)
+    assert mode != "none" and loaded.strip() == "[]", out.stdout
+
+
 def test_a_dead_compile_server_falls_back_to_compiling_here(monkeypatch, cold_cache):
     server = compile_server.start()
     server.proc.kill()
