@@ -167,6 +167,14 @@ class Emitter(EmitterBase):
         expr = expr.replace("_rt.slot(", "_rt.slot_view(", 1)
         return f"V[{self.driver_views.setdefault(expr, len(self.driver_views))}]"
 
+    def reshape(self, expr, shape):
+        """Text reshaping array `expr` to `shape` (a tuple's text, or one size's): in compiled
+        code `_rt.c_view`, a view without Numba's reshape machinery (runtime.py), in a Python
+        entry NumPy's reshape."""
+        if self.driver:
+            return f"{expr}.reshape({shape})"
+        return f"_rt.c_view({expr}, {shape if shape.startswith('(') else f'({shape},)'})"
+
     def require(self, line):
         """Have the generated module run the import `line` (a lowering's helper module)."""
         if line not in self.imports:
@@ -184,7 +192,7 @@ class Emitter(EmitterBase):
             shape = self.sizes.shape(node.shape)
             if node.op == "broadcast":
                 return f"_rt.broadcast_into({inner}, np.empty({shape}, {np_dtype(node.dtype)}))"
-            return f"{inner}.reshape({shape})"
+            return self.reshape(inner, shape)
         if self.is_scalar_const(node):
             return f"np.full(1, {self.const_ref(node)}, {np_dtype(node.dtype)})"
         return self.var(node)
@@ -463,8 +471,8 @@ class Emitter(EmitterBase):
         if not shape:
             return [f"    {stacked}[{it}] = {value}[0]"]
         size = self.sizes.product(shape)
-        return [f"    {stacked}_row = {stacked}[{it}].reshape({size})",
-                f"    {stacked}_val = {value}.reshape({size})",
+        return [f"    {stacked}_row = {self.reshape(f'{stacked}[{it}]', size)}",
+                f"    {stacked}_val = {self.reshape(value, size)}",
                 f"    for {stacked}_q in range({size}):",
                 f"        {stacked}_row[{stacked}_q] = {stacked}_val[{stacked}_q]"]
 
@@ -697,7 +705,7 @@ class GroupEmitter:
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
                 if self.plan.is_full(x):
-                    pre.append(f"{self.view(x, 'v', '_f')} = {n.var(x)}.reshape({total})")
+                    pre.append(f"{self.view(x, 'v', '_f')} = _rt.c_view({n.var(x)}, ({total},))")
         for x in self.reads.values():
             if self.plan.is_scalar_read(x):
                 pre.append(f"{self.view(x, 'x', '_s')} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
@@ -732,8 +740,8 @@ class GroupEmitter:
             size = S.product(s.shape)
             v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
             comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)
-            post += [f"{vf} = {n.var(s)}.reshape({size})",
-                     f"{pf} = {n.var(s, '_part')}.reshape(({MAX_CHUNKS}, {size}))",
+            post += [f"{vf} = _rt.c_view({n.var(s)}, ({size},))",
+                     f"{pf} = _rt.c_view({n.var(s, '_part')}, ({MAX_CHUNKS}, {size}))",
                      f"for q in range({size}):", f"    {v} = {pf}[0, q]",
                      "    for c in range(1, nch):", f"        {v} = {comb}", f"    {vf}[q] = {v}"]
         return alloc, pre, chunk, post

@@ -31,10 +31,10 @@ def _matmul(em, node, v, x):
         batch *= d
     par = "_par" if _threaded(em, 2 * batch * m * n * k, batch) else ""
     nb = S.product(node.shape[:-2])
-    em.body.append(f"{v} = _rt.matmul_batched{par}({x[0]}.reshape(({nb}, {S(m)}, {S(k)})), "
-                   f"{x[1]}.reshape(({nb}, {S(k)}, {S(n)})), "
-                   f"{em.buffer(node)}.reshape(({nb}, {S(m)}, {S(n)})))"
-                   f".reshape({S.shape(node.shape)})")
+    prod = (f"_rt.matmul_batched{par}({em.reshape(x[0], f'({nb}, {S(m)}, {S(k)})')}, "
+            f"{em.reshape(x[1], f'({nb}, {S(k)}, {S(n)})')}, "
+            f"{em.reshape(em.buffer(node), f'({nb}, {S(m)}, {S(n)})')})")
+    em.body.append(f"{v} = {em.reshape(prod, S.shape(node.shape))}")
 
 
 @OPS.register("transpose")
@@ -49,7 +49,7 @@ def _transpose(em, node, v, x):
 
 @OPS.register("reshape")
 def _reshape(em, node, v, x):
-    em.body.append(f"{v} = {x[0]}.reshape({em.sizes.shape(node.shape)})")
+    em.body.append(f"{v} = {em.reshape(x[0], em.sizes.shape(node.shape))}")
 
 
 @OPS.register("broadcast")
@@ -91,16 +91,15 @@ def _gather(em, node, v, x):
     m = S.product(idx.shape)
     buf = em.buffer(node)
     if node.op == "gather":
-        src, dst = f"{x[0]}.reshape(({pre}, {n}, {post}))", f"{buf}.reshape(({pre}, {m}, {post}))"
+        src, dst = em.reshape(x[0], f"({pre}, {n}, {post})"), em.reshape(buf, f"({pre}, {m}, {post})")
     elif node.op == "scatter_add":
-        src, dst = f"{x[0]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
+        src, dst = em.reshape(x[0], f"({pre}, {m}, {post})"), em.reshape(f"{v}_z", f"({pre}, {n}, {post})")
         em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
     else:       # scatter_set(x, idx, values): x (or a copy of it), then the rows written in order
-        src, dst = f"{x[2]}.reshape(({pre}, {m}, {post}))", f"{v}_z.reshape(({pre}, {n}, {post}))"
+        src, dst = em.reshape(x[2], f"({pre}, {m}, {post})"), em.reshape(f"{v}_z", f"({pre}, {n}, {post})")
         em.body.append(f"{v}_z = {x[0]}  # updated in place" if em.plan.updates_in_place(node)
                        else f"{v}_z = _rt.copy({x[0]}, {buf})")
-    em.body.append(f"{v} = _rt.{node.op}({src}, {x[1]}.reshape({m}), {dst})"
-                   f".reshape({S.shape(node.shape)})")
+    em.body.append(f"{v} = {em.reshape(f'_rt.{node.op}({src}, {em.reshape(x[1], m)}, {dst})', S.shape(node.shape))}")
 
 
 @OPS.register("proj")

@@ -194,9 +194,10 @@ def _call(em, node, v, fn, *operands):
     """v = _ord.fn(operands..., node's buffer), each on its (pre, n, post) view."""
     _helpers(em)
     axis = node.p["axis"]
-    args = [f"{x}.reshape({_rows(em, s, axis)})" for x, s in operands]
-    args.append(f"{em.buffer(node)}.reshape({_rows(em, node.shape, axis)})")
-    em.body.append(f"{v} = _ord.{fn}({', '.join(args)}).reshape({em.sizes.shape(node.shape)})")
+    args = [em.reshape(x, _rows(em, s, axis)) for x, s in operands]
+    args.append(em.reshape(em.buffer(node), _rows(em, node.shape, axis)))
+    call = f"_ord.{fn}({', '.join(args)})"
+    em.body.append(f"{v} = {em.reshape(call, em.sizes.shape(node.shape))}")
 
 
 @CPU.register("cumsum")
@@ -204,8 +205,8 @@ def _cumsum_cpu(em, node, v, x):
     _helpers(em)
     axis = node.p["axis"]
     view = _rows(em, node.shape, axis)
-    em.body.append(f"{v} = _ord.cumsum({x[0]}.reshape({view}), {em.buffer(node)}.reshape({view}), "
-                   f"{bool(node.p['reverse'])}).reshape({em.sizes.shape(node.shape)})")
+    call = f"_ord.cumsum({em.reshape(x[0], view)}, {em.reshape(em.buffer(node), view)}, {bool(node.p['reverse'])})"
+    em.body.append(f"{v} = {em.reshape(call, em.sizes.shape(node.shape))}")
 
 
 @CPU.register("cumprod", "argsort")

@@ -28,7 +28,7 @@ mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name i
 runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
                                                 "copy", "slot_view", "broadcast_into", "contiguous")},
-                                slot=_runtime.slot_view, call=_runtime.call,
+                                slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
                                 parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit)
 
 _IMPORTS = {

@@ -127,6 +127,44 @@ def slot(typingctx, ws, offset, nbytes, shape, dtype):
     return result(ws, offset, nbytes, shape, dtype), codegen
 
 
+@intrinsic
+def c_view(typingctx, a, shape):
+    """`a.reshape(shape)` for a C-ordered `a` whose size `shape` keeps (the generator's shapes
+    agree by construction): the same data and owner under new C strides, no checks. Numba's
+    reshape inlines its shape normalization and a C call at each site: a function's first one
+    cost ~0.3 s of compile and each further ~15-50 ms (an MD kernel had 72 of them). An
+    F-ordered array goes through Numba's reshape, and other layouts are refused as Numba's
+    reshape refuses them."""
+    if not isinstance(a, types.Array) or a.layout not in "CF" or not isinstance(shape, types.BaseTuple) \
+            or not all(isinstance(t, types.Integer) for t in shape):
+        return None
+    nd = len(shape)
+    result = a.copy(ndim=nd)
+    sig = result(a, shape)
+
+    def codegen(context, builder, sig, args):
+        if a.layout != "C":
+            return context.compile_internal(builder, lambda x, s: x.reshape(s), sig, args)
+        src = context.make_array(a)(context, builder, args[0])
+        dims = [context.cast(builder, d, t, types.intp)
+                for d, t in zip(cgutils.unpack_tuple(builder, args[1], nd), shape)]
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(a.dtype)))
+        strides, step = [], itemsize
+        for d in reversed(dims):
+            strides.insert(0, step)
+            step = builder.mul(step, d)
+        out = context.make_array(result)(context, builder)
+        populate_array(out, data=src.data, shape=dims, strides=strides, itemsize=itemsize, meminfo=src.meminfo)
+        return impl_ret_borrowed(context, builder, result, out._getvalue())
+
+    return sig, codegen
+
+
+def c_view_py(a, shape):
+    """`c_view` for Python callers (NUMBA_DISABLE_JIT)."""
+    return a.reshape(shape)
+
+
 def slot_view(ws, offset, nbytes, shape, dtype):
     """`slot` for a Python caller (a Python entry): the same view, made by NumPy."""
     return ws[offset:offset + nbytes].view(dtype).reshape(shape)
@@ -257,4 +295,5 @@ enable_cache(list(globals().values()), helpers_cache_dir)
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form
+    c_view = c_view_py
     parallel_chunks = parallel_chunks_py

@@ -387,3 +387,50 @@ def test_matrix_vector_products_fuse_with_their_neighbours(rng):
     assert "matmul" not in low.source
     part = codegen.Partition(low.graph)
     assert sum(isinstance(s, codegen.Group) and s.shape == (300, 7) for s in part.steps) == 1
+
+
+def test_c_view_is_a_view_of_c_ordered_arrays_and_reshape_of_others():
+    """`_rt.c_view` (compiled code's reshape): a C-ordered array's view under new C strides,
+    sharing its memory and readonly flag; an F-ordered one goes through Numba's reshape, and a
+    strided one is refused at compile time, as Numba's reshape refuses it."""
+    from numba import njit
+    from numba.core.errors import TypingError
+    from jitgraph.codegen import runtime as rt
+
+    @njit
+    def flat(a, n):
+        return rt.c_view(a, (n,))
+
+    @njit
+    def blocks(a, r, c, k):
+        return rt.c_view(a, (r, c, k))
+
+    a = np.arange(24.0).reshape(4, 6)
+    v = flat(a, 24)
+    assert v.shape == (24,) and v.flags.c_contiguous and np.shares_memory(v, a)
+    v[5] = -1.0
+    assert a[0, 5] == -1.0                      # a view, not a copy
+    np.testing.assert_array_equal(blocks(a, 2, 3, 4), a.reshape(2, 3, 4))
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    np.testing.assert_array_equal(blocks(f.T, 1, 4, 3), f.T.reshape(1, 4, 3))     # a C-ordered view of F data
+    assert flat(np.asfortranarray(np.arange(5.0)[:, None]), 5).tolist() == list(range(5))
+    with pytest.raises(TypingError):
+        flat(np.arange(24.0).reshape(4, 6)[:, ::2], 12)
+    ro = np.arange(6.0)
+    ro.flags.writeable = False
+    assert not flat(ro.reshape(2, 3), 6).flags.writeable
+
+
+def test_compiled_code_reshapes_by_c_view_and_python_entries_by_numpy():
+    """Reshapes inside compiled code are `_rt.c_view` (no Numba reshape machinery); a Python
+    entry's own lines keep NumPy's reshape (an intrinsic cannot run as Python)."""
+    x = np.ones((6, 5))
+    graph = jg.make_graph(lambda x, y: np.sum(np.tanh(x) * y), argnums=(0, 1), grad=True)(x, x)
+    src = codegen.generate(graph)[1]
+    assert "_rt.c_view(" in src and ".reshape(" not in src, src
+    from jitgraph.codegen import emit_cpu
+    em = emit_cpu.Emitter(graph, codegen.Partition(graph))
+    em.driver = True
+    assert em.reshape("x", "(n0, n1)") == "x.reshape((n0, n1))"
+    em.driver = False
+    assert em.reshape("x", "n0 * n1") == "_rt.c_view(x, (n0 * n1,))"
