@@ -329,13 +329,16 @@ class Emitter(EmitterBase):
         Functions with the same text are emitted once: a group emitted as a function names
         its values and sizes in order of first use (`source.LocalNames`), so the layers of a
         deep network share one compiled loop per distinct layer shape and compile time does
-        not grow with depth. A chunk body compiles with its arrays as `noalias` (launch.py).
+        not grow with depth. A chunk body (`chunk=True`) compiles with its arrays as `noalias`
+        (launch.py), and so does an outlined loop that a Python entry calls (`chunk="entry"`),
+        with the Python wrapper that call needs.
         """
         key = ("\n".join(lines), tuple(params), chunk)
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
-            block = [f"# {fname}", "@_rt.chunk_njit(**_OPTS)" if chunk else "@njit(**_OPTS)",
+            deco = {True: "@_rt.chunk_njit(**_OPTS)", "entry": "@_rt.loop_njit(**_OPTS)"}.get(chunk, "@njit(**_OPTS)")
+            block = [f"# {fname}", deco,
                      f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
             entry = self.shared[key] = (fname, block)
             self.functions.append(block)
@@ -570,11 +573,17 @@ class GroupEmitter:
         if g.rank == 0:
             return self.emit_scalar_group()
         alloc, pre, chunk, post = self._parts()
+        em.body += alloc
+        if self.local and chunk is not None and not self.parallel:
+            # a Python entry calls an outlined loop itself: a group function around it would
+            # be one more compiled function (lstm_loop's cost 0.6-0.9 s each) that only calls it
+            params, args = self.n.signature()
+            em.body.append(f"{em.function_name(chunk, f'group_{g.seq}', params, chunk='entry')}({', '.join(args)})")
+            return
         fn = pre
         if chunk is not None:
             fn.append(self._chunk_call(chunk))
             fn += post
-        em.body += alloc
         if self.local:
             params, args = self.n.signature()
             em.body.append(em.function(fn, f"group_{g.seq}", params, args))
@@ -589,16 +598,13 @@ class GroupEmitter:
         label, lead = (f"group_{self.g.seq}_chunk", ["ch", "nch"]) if self.parallel else \
             (f"group_{self.g.seq}_loop", [])
         if self.local:
-            params = lead + self.n.signature()[0] + list(self.views)
+            params = lead + self.n.signature()[0]
             lines, args = chunk, params[len(lead):]
         else:
             local = GroupEmitter(self.em, self.g, local=True)
             _, _, lines, _ = local._parts()
-            lparams, largs = local.n.signature()
-            views = [(name, f"{prefix}{self.em.names[node.id]}{suffix}")
-                     for name, (node, prefix, suffix) in local.views.items()]
-            params = lead + lparams + [v for v, _ in views]
-            args = largs + [a for _, a in views]
+            lparams, args = local.n.signature()
+            params = lead + lparams
         fname = self.em.function_name(lines, label, params, chunk=True)
         if not self.parallel:
             return f"_rt.call({fname}, {', '.join(args)})"
@@ -701,30 +707,32 @@ class GroupEmitter:
             alloc += [f"{em.var(s)} = {em.buffer(s)}", f"{em.var(s)}[...] = {em.reduce_init(s.op, s.dtype)}"]
         for s in accs + list(self.partials.values()):
             alloc.append(f"{em.var(s)} = {em.buffer(s)}")
-        pre = []
+        # flat views and scalar reads: where the loop runs (an outlined loop or a chunk makes
+        # them from its own noalias arguments; a c_view keeps the pointer they are based on)
+        views = []
         if self.flat:
             for x in list(self.reads.values()) + list(self.writes.values()):
                 if self.plan.is_full(x):
-                    pre.append(f"{self.view(x, 'v', '_f')} = _rt.c_view({n.var(x)}, ({total},))")
+                    views.append(f"{self.view(x, 'v', '_f')} = _rt.c_view({n.var(x)}, ({total},))")
         for x in self.reads.values():
             if self.plan.is_scalar_read(x):
-                pre.append(f"{self.view(x, 'x', '_s')} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
+                views.append(f"{self.view(x, 'x', '_s')} = {n.var(x)}[{', '.join(['0'] * max(x.ndim, 1))}]")
         zeros = lambda s: ", ".join(["0"] * max(s.ndim, 1))  # noqa: E731
         if not self.parallel:
             loop = [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
             loop += body
             loop += [f"{n.var(s)}[{zeros(s)}] = {n.local(s, 'x', '_acc')}" for s in accs]
             if self._outlined():
-                return alloc, pre, loop, []
-            return alloc, pre + loop, None, []
-        pre.append(f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))")
+                return alloc, [], views + loop, []
+            return alloc, views + loop, None, []
+        pre = [f"nch = max(1, min({MAX_CHUNKS}, ({total}) // {GRAIN}, {extent}))"]
         # per-chunk partials: scratch of MAX_CHUNKS rows (nch of them used)
         for k, s in enumerate(accs + list(self.partials.values())):
             shape = (MAX_CHUNKS,) + (tuple(s.shape) if s.id in self.partials else ())
             alloc.append(f"{em.var(s)}_part = {em.scratch(k, shape, s.dtype)}")
             if s.id in self.partials:
                 pre.append(f"{n.var(s, '_part')}[...] = {em.reduce_init(s.op, s.dtype)}")
-        chunk = [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
+        chunk = views + [f"lo = ch * {extent} // nch", f"hi = (ch + 1) * {extent} // nch"]
         chunk += [f"{n.local(s, 'x', '_acc')} = {em.reduce_init(s.op, s.dtype)}" for s in accs]
         chunk += body
         chunk += [f"{n.var(s, '_part')}[ch] = {n.local(s, 'x', '_acc')}" for s in accs]

@@ -200,6 +200,17 @@ def chunk_njit(**options):
     return decorate
 
 
+def loop_njit(**options):
+    """`njit(**options)` for an outlined serial loop that a Python entry calls itself: its
+    arrays `noalias`, as a chunk body's (`chunk_njit`), with the Python wrapper that call needs."""
+    def decorate(fn):
+        d = njit(**dict(options, no_cfunc_wrapper=True))(fn)
+        if isinstance(getattr(d, "_compiler", None), _FunctionCompiler):
+            d._compiler.__class__ = _NoAliasCompiler
+        return d
+    return decorate
+
+
 def parallel_chunks_py(fn, nch, *args):
     """The Python form (NUMBA_DISABLE_JIT, codegen/pymode.py): the chunks in order."""
     for ch in range(nch):

@@ -29,7 +29,7 @@ runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_fu
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
                                                 "copy", "slot_view", "broadcast_into", "contiguous")},
                                 slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
-                                parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit)
+                                parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit)
 
 _IMPORTS = {
     "from numba import njit": "from jitgraph.codegen.pymode import njit",

@@ -15,7 +15,7 @@ from numba.np.arrayobj import populate_array
 
 from .blas import blas_threads_local, gemm_cols, gemm_rows
 from .build import enable_cache, helpers_cache_dir
-from .launch import chunk_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
+from .launch import chunk_njit, loop_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir

@@ -247,6 +247,39 @@ def test_serial_loops_of_many_arrays_run_outlined_and_small_ones_inline():
     assert "_loop(" not in two.lower(rng.standard_normal(5000)).source
 
 
+def _lstm_steps(z, c, w):
+    h = np.zeros_like(c)
+    for t in range(8):
+        i, f, o, g = np.split(z[t] + np.tile(h, 4) * w, 4, axis=1)
+        c = 1.0 / (1.0 + np.exp(-f)) * c + 1.0 / (1.0 + np.exp(-i)) * np.tanh(g)
+        h = 1.0 / (1.0 + np.exp(-o)) * np.tanh(c)
+    return np.sum(h ** 2)
+
+
+def test_a_python_entry_calls_its_outlined_loops_itself():
+    """A Python entry calls an outlined loop directly (`@_rt.loop_njit`: noalias arrays and a
+    Python wrapper), with no compiled group function around it, and the loop makes its flat
+    views from its own arguments."""
+    rng = np.random.default_rng(6)
+    z, c, w = rng.standard_normal((8, 32, 256)), rng.standard_normal((32, 64)), rng.standard_normal((32, 256))
+    f = jg.jit_grad(_lstm_steps, argnums=(0, 1, 2), wait=True)
+    src = f.lower(z, c, w).source
+    assert "calling the compiled loops" in src             # a Python entry
+    loops = [line for line in src.splitlines() if line.startswith("def ") and
+             "@_rt.loop_njit(**_OPTS)\n" + line in src]
+    assert loops, src
+    entry = src[src.index("\ndef kernel("):]
+    for line in loops:
+        name = line[4:line.index("(")]
+        assert f"    {name}(" in entry and "_rt.c_view(" in src[src.index(line):].split("\n\n\n")[0]
+    assert "_rt.call(" not in src
+    v, grads = f(z, c, w)
+    ev, egrads = jg.value_and_grad(_lstm_steps, argnums=(0, 1, 2))(z, c, w)
+    assert v == pytest.approx(ev, rel=1e-12)
+    for g, e in zip(grads, egrads):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-13)
+
+
 def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
     import numba
 
