@@ -43,7 +43,9 @@ import time
 
 import numpy as np
 
-from . import numba_cache, symbols
+from numba.core.registry import cpu_target
+
+from . import mathlib, numba_cache, runtime, symbols  # noqa: F401  (every kernel imports mathlib and runtime)
 from .build import cache_dir, load_kernel
 
 _LEN = struct.Struct("<Q")
@@ -89,10 +91,9 @@ compile_server.main()
 
 def _package_paths():
     """(name, folder) pairs, flattened, of the packages _BOOT registers."""
-    import jitgraph
     out = []
-    for name, package in (("jitgraph", jitgraph), ("jitgraph.codegen", sys.modules[__package__])):
-        out += [name, list(package.__path__)[0]]
+    for name in (__package__.rpartition(".")[0], __package__):
+        out += [name, list(sys.modules[name].__path__)[0]]
     return out
 
 
@@ -366,11 +367,9 @@ def _serve():
 
 
 def main():
-    """The server process: Numba's contexts are refreshed and the kernels' helper modules
-    imported before the first request is read, while the parent is still generating code
-    (a first compile's refresh alone took 0.4 s)."""
-    from numba.core.registry import cpu_target
-    from . import mathlib, runtime  # noqa: F401  (every kernel imports them)
+    """The server process: Numba's contexts are refreshed (with the kernels' helper modules
+    imported above) before the first request is read, while the parent is still generating
+    code (a first compile's refresh alone took 0.4 s)."""
     cpu_target.typing_context.refresh()
     cpu_target.target_context.refresh()
     _serve()
