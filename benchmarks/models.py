@@ -3,6 +3,8 @@
     python benchmarks/models.py                      # every model, bench sizes
     python benchmarks/models.py --only gp --only md  # some models (or --only gp,md)
     python benchmarks/models.py --size small --repeat 3
+    python benchmarks/models.py --one-core           # everything pinned to one core
+    python benchmarks/models.py --load               # beside a busy loop pinned to one core
 
 For each program (a plain NumPy loss of `params`), one table row of medians in ms,
 measured side by side in this process:
@@ -24,6 +26,12 @@ bytes roof (jit/roof below 1). Unless JITGRAPH_CACHE_DIR is set, a fresh tempora
 are cold compiles. JAX runs after every jitgraph and NumPy measurement (its thread pool
 keeps spinning and would slow what is measured next). Timing never fails anything; a
 program that fails prints its error in its row.
+
+`--one-core` pins this process (and so every thread it starts: Numba's, OpenBLAS's, XLA's)
+to one core, besides asking each library for one thread: XLA's CPU client ignores thread
+flags for part of its work, and a JAX call that the flags called single-threaded used 1.9
+cores (its CPU time over its wall time). `--load` starts a process that spins on one core,
+pinned there, for the whole run: the competing load of a shared machine.
 """
 import argparse
 import os
@@ -31,6 +39,33 @@ import sys
 import tempfile
 import time
 
+
+
+def _one_core():
+    """Pin this process to one core and ask every thread pool for one thread; before NumPy,
+    Numba or JAX size their pools at import."""
+    for var in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    os.environ["JITGRAPH_THREADS"] = "one"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[-1]})
+
+
+def _start_load():
+    """A process spinning on core 0 (--one-core pins this one to the last core), until this
+    one exits."""
+    import atexit
+    import subprocess
+    core = 0
+    proc = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\n"
+                             "while True:\n    pass\n"])
+    atexit.register(proc.kill)
+    return proc
+
+
+if "--one-core" in sys.argv[1:]:
+    _one_core()
 if "JITGRAPH_CACHE_DIR" not in os.environ:       # cold compiles unless the caller chose a cache
     os.environ["JITGRAPH_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitgraph-models-")
 
@@ -170,7 +205,12 @@ def main(argv=None):
     p.add_argument("--size", choices=("small", "bench"), default="bench")
     p.add_argument("--repeat", type=int, default=7, help="timed calls per median (default 7)")
     p.add_argument("--no-jax", action="store_true", help="skip JAX")
+    p.add_argument("--one-core", action="store_true",
+                   help="pin the process to one core, one thread per library (applied at import)")
+    p.add_argument("--load", action="store_true", help="run beside a busy loop pinned to one core")
     a = p.parse_args(argv)
+    if a.load:
+        _start_load()
     names = [n for o in a.only for n in o.split(",") if n] if a.only else list(models.NAMES)
     bad = [n for n in names if n not in models.NAMES]
     if bad:
@@ -196,7 +236,8 @@ def main(argv=None):
     import numba
     print(f"# roofs on this machine: one 1024^3 GEMM at {rates[0] / 1e9:.1f} GFLOP/s, "
           f"np.copyto at {rates[1] / 1e9:.1f} GB/s (read + write)")
-    print(f"# {os.cpu_count()} cores, numba {numba.__version__} ({numba.get_num_threads()} threads), "
+    print(f"# {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable"
+          f"{', a busy loop pinned to core 0' if a.load else ''}), numba {numba.__version__} ({numba.get_num_threads()} threads), "
           f"numpy {np.__version__}; {a.size} sizes; medians of up to {a.repeat} "
           f"(at least 3 where they take over {BUDGET:g} s)")
     print(format_table(rows))

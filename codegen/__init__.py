@@ -13,7 +13,8 @@ from . import compile_server, index
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
 from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel
-from .emit_cpu import Emitter, _owned, uses_threads
+from . import emit_cpu
+from .emit_cpu import Emitter, _owned, python_entry_pays, uses_threads
 from .emit_cuda import compile_graph_cuda
 from .fusion import Group, OpStep, Partition
 from .memory import MemoryPlan, MemoryReport
@@ -26,21 +27,27 @@ VIEW_FUNCTIONS_MAX_RATIO = 2
 
 def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     """(partition, source, emitter) for `graph` without compiling anything."""
-    part = Partition(graph)
-    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath)
-    source = em.emit()
+    part, source, em = _emit(graph, parallel, fastmath)
+    if not em.driver and len(em.body) > emit_cpu.ENTRY_MAX_LINES and python_entry_pays(graph, part):
+        # a long compiled entry compiles slower than its groups' functions apart (emit_cpu)
+        part, source, em = _emit(graph, parallel, fastmath, python_entry=True)
     if em.driver and part.index_views:
         # A long program's Python entry compiles one function per distinct loop text, which
         # the layers of a deep network share. Index views write their offsets into that text
         # (each gate's slice of an unrolled LSTM: 13 functions became 111, and its compile
         # 5 s became 31 s), so such a program keeps its copies when views would multiply the
         # functions to compile.
-        plain = Partition(graph, index_views=False)
-        em_plain = Emitter(graph, plain, parallel=parallel, fastmath=fastmath)
-        source_plain = em_plain.emit()
+        plain, source_plain, em_plain = _emit(graph, parallel, fastmath, python_entry=em.python_entry,
+                                              index_views=False)
         if len(em.functions) > VIEW_FUNCTIONS_MAX_RATIO * len(em_plain.functions):
             return plain, source_plain, em_plain
     return part, source, em
+
+
+def _emit(graph, parallel, fastmath, python_entry=False, index_views=True):
+    part = Partition(graph, index_views=index_views)
+    em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, python_entry=python_entry)
+    return part, em.emit(), em
 
 
 def memory_report(graph, parallel=True):

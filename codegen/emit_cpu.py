@@ -17,8 +17,9 @@ Layout of a generated module:
   of its own compiled like a chunk body, its arrays `noalias` parameters (OUTLINE_MIN):
   inline, LLVM would not vectorize it. Smaller loops stay inline.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
-  loops inline (one function compiles faster than several). Longer programs
-  (deep networks) get a plain Python entry that calls one `@njit` function per
+  loops inline, unless that function is long (ENTRY_MAX_LINES) and the steps are heavy
+  enough that Python's cost per step is lost in them (`python_entry_pays`). Longer programs
+  (deep networks), and those, get a plain Python entry that calls one `@njit` function per
   loop group, and groups whose code is the same up to the names of their arrays
   share one function: the layers of a deep network compile one loop per
   distinct layer, not one per layer, and Numba's compile time, which grows
@@ -39,6 +40,7 @@ as 1-element arrays.
 """
 import numpy as np
 
+from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
@@ -53,6 +55,19 @@ MAX_CHUNKS = 16
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
 NJIT_ENTRY_MAX_STEPS = 48
+# A shorter program whose compiled entry would still be long (over ENTRY_MAX_LINES lines:
+# loops inline in it) gets a Python entry too, when its steps are heavy enough that Python's
+# cost per step is lost in them: Numba's compile of a function grows faster than its length,
+# and the group functions compile apart, on one compile server per core. MD's 389-line entry
+# (32 steps) ran compiled 4.5-4.9 s after its first call this way against 6.9-7.1 s, its
+# calls taking 1.05x as long. Entries of 150-230 lines (the MLP, the GP, the BNN) gained nothing in the
+# default tiered build, whose interpreted calls hold a core: more functions, as much compile.
+# Control flow keeps a compiled entry (a scanned LSTM's steps ran 1.25x slower from Python).
+ENTRY_MAX_LINES = 300
+PY_ENTRY_STEP_S = 5e-6        # a Python step's cost (calling a compiled function with its arrays)
+PY_ENTRY_MAX_SHARE = 0.05     # of the program's estimated time
+EST_LOOP_FLOPS = 4e9          # rates of the time estimate: fused loops (flop/s) ...
+EST_LIBRARY_FLOPS = 40e9      # ... and BLAS/LAPACK products and factorizations
 PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 # Serial loops of at least this many points (at trace time) that touch many arrays run in a
 # function of their own whose arrays are `noalias` parameters, like a chunk body
@@ -63,6 +78,28 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 OUTLINE_MIN = 256
 OUTLINE_CHECKS = 8         # LLVM's -runtime-memory-check-threshold
 VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
+
+
+def estimated_seconds(graph):
+    """A rough time of one call of `graph` at its traced sizes: its operation count at a
+    fused loop's rate, its library ops' (products, factorizations) at BLAS's."""
+    loop = library = 0
+    for n in graph.nodes:
+        if n.op in ("input", "const"):
+            continue
+        if PRIMS[n.op].kind == "linalg":
+            library += flops(n)
+        else:
+            loop += flops(n)
+    return loop / EST_LOOP_FLOPS + library / EST_LIBRARY_FLOPS
+
+
+def python_entry_pays(graph, part):
+    """May this program's entry run as Python, for its compile's sake: its steps' Python
+    cost at most PY_ENTRY_MAX_SHARE of its estimated time, and no control flow?"""
+    if any(PRIMS[n.op].kind == "control" for n in graph.nodes if n.op not in ("input", "const")):
+        return False
+    return len(part.steps) * PY_ENTRY_STEP_S <= PY_ENTRY_MAX_SHARE * estimated_seconds(graph)
 
 
 def uses_threads(source):
@@ -125,8 +162,9 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None, out_buffers=True):
+                 prefix="", shared=None, out_buffers=True, python_entry=False):
         super().__init__(graph, partition)
+        self.python_entry = python_entry   # a Python entry whatever the number of steps
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
         self.prefix = prefix       # for the functions of subgraphs (loop bodies, branches)
@@ -242,7 +280,7 @@ class Emitter(EmitterBase):
     # ---- entry function ----------------------------------------------------------------------
     def emit(self):
         # a long program's entry runs as Python (see the module docstring)
-        self.driver = not self.prefix and len(self.part.steps) > NJIT_ENTRY_MAX_STEPS
+        self.driver = not self.prefix and (self.python_entry or len(self.part.steps) > NJIT_ENTRY_MAX_STEPS)
         dead = self._dead_after() if self.driver else {}
         for k, step in enumerate(self.part.steps):
             if isinstance(step, Group):

@@ -29,6 +29,10 @@ runtime = types.SimpleNamespace(**{name: getattr(getattr(_runtime, name), "py_fu
                                    for name in ("matmul2d", "matmul_batched", "gather", "scatter_add", "scatter_set",
                                                 "copy", "slot_view", "broadcast_into", "contiguous")},
                                 slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
+                                # the threaded products' blocks, one after another: the same results
+                                matmul2d_par=getattr(_runtime.matmul2d, "py_func", _runtime.matmul2d),
+                                matmul_batched_par=getattr(_runtime.matmul_batched, "py_func",
+                                                           _runtime.matmul_batched),
                                 parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit)
 
 _IMPORTS = {

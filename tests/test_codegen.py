@@ -256,6 +256,54 @@ def _lstm_steps(z, c, w):
     return np.sum(h ** 2)
 
 
+def _chain_loss(x, w):
+    """Rows of serial loops, each its own step (a reduction between them), then a product."""
+    for _ in range(6):
+        x = np.tanh(x) * 1.5 - x / (1.0 + np.sum(x * x, axis=1, keepdims=True))
+    return np.sum((x @ w) ** 2)
+
+
+@pytest.mark.parametrize("n, python", [(600, True), (4, False)])
+def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch, n, python):
+    """A program whose compiled entry would pass ENTRY_MAX_LINES runs from Python when its
+    steps are heavy enough for Python's cost per step not to matter, and stays one compiled
+    function when they are light."""
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 20)
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((n, 300)), rng.standard_normal((300, 300)) / 20
+    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True)(x, w)
+    part, source, em = codegen.generate(graph)
+    assert len(part.steps) <= emit_cpu.NJIT_ENTRY_MAX_STEPS
+    assert em.driver is python and ("calling the compiled loops" in source) is python
+    assert emit_cpu.python_entry_pays(graph, part) is python
+    program = codegen.compile_graph(graph, backend="python")   # the same source, run as Python
+    from jitgraph.interpreter import evaluate
+    for got, want in zip(program.run(x, w), evaluate(graph, x, w)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    if python:
+        monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 10_000)
+        assert not codegen.generate(graph)[2].driver
+
+
+def test_control_flow_keeps_a_compiled_entry(monkeypatch):
+    """A scanned loop's steps ran slower from a Python entry: such programs keep theirs."""
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 1)
+
+    def loss(h, xs):
+        def step(h, x):
+            h = np.tanh(h * x + 1.0)
+            return h, np.sum(h)
+        h, ys = jg.scan(step, h, xs)
+        return np.sum(h) + np.sum(ys)
+
+    rng = np.random.default_rng(4)
+    graph = jg.make_graph(loss, argnums=(0, 1), grad=True)(rng.standard_normal(4000), rng.standard_normal((50, 4000)))
+    part, source, em = codegen.generate(graph)
+    assert not emit_cpu.python_entry_pays(graph, part) and not em.driver
+
+
 def test_a_python_entry_calls_its_outlined_loops_itself():
     """A Python entry calls an outlined loop directly (`@_rt.loop_njit`: noalias arrays and a
     Python wrapper), with no compiled group function around it, and the loop makes its flat
