@@ -277,13 +277,37 @@ def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch
     assert len(part.steps) <= emit_cpu.NJIT_ENTRY_MAX_STEPS
     assert em.driver is python and ("calling the compiled loops" in source) is python
     assert emit_cpu.python_entry_pays(graph, part) is python
-    program = codegen.compile_graph(graph, backend="python")   # the same source, run as Python
-    from jitgraph.interpreter import evaluate
-    for got, want in zip(program.run(x, w), evaluate(graph, x, w)):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     if python:
         monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 10_000)
         assert not codegen.generate(graph)[2].driver
+
+
+def test_a_python_entry_of_few_steps_computes_what_the_graph_does(monkeypatch):
+    """The source of such an entry, run as Python (its loops interpreted: small sizes),
+    agrees with the reference interpreter."""
+    from jitgraph.codegen import emit_cpu
+    from jitgraph.interpreter import evaluate
+    monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 20)
+    monkeypatch.setattr(emit_cpu, "PY_ENTRY_MAX_SHARE", 1e9)     # any steps pay at these sizes
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((24, 300)), rng.standard_normal((300, 300)) / 20
+    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True)(x, w)
+    program = codegen.compile_graph(graph, backend="python")
+    assert "calling the compiled loops" in program.source
+    for got, want in zip(program.run(x, w), evaluate(graph, x, w)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_python_mode_runs_the_threaded_products_serially():
+    """Python mode has the threaded products of large programs, as their serial blocks."""
+    from jitgraph.codegen import pymode
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((300, 70)), rng.standard_normal((70, 50))
+    out = np.empty((300, 50))
+    np.testing.assert_allclose(pymode.runtime.matmul2d_par(a, b.T.copy().T, out), a @ b, rtol=1e-12)
+    a3, b3 = rng.standard_normal((3, 20, 7)), rng.standard_normal((3, 7, 5))
+    np.testing.assert_allclose(pymode.runtime.matmul_batched_par(a3, b3, np.empty((3, 20, 5))), a3 @ b3,
+                               rtol=1e-12)
 
 
 def test_control_flow_keeps_a_compiled_entry(monkeypatch):
