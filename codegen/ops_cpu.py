@@ -6,7 +6,7 @@ function's lines for one node: BLAS products and precompiled helpers
 subgraph functions for structured control flow.
 """
 from .emit_cpu import OPS
-from .runtime import GEMM_BLOCK_FLOPS, GEMM_BLOCK_ROWS
+from .runtime import GEMM_BLOCK_COLS, GEMM_BLOCK_FLOPS, GEMM_BLOCK_ROWS
 from .source import np_dtype
 
 
@@ -23,7 +23,9 @@ def _matmul(em, node, v, x):
     a, b = node.inputs
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if node.ndim == 2:
-        par = "_par" if _threaded(em, 2 * m * n * k, m // GEMM_BLOCK_ROWS) else ""
+        # the blocks runtime.gemm_blocks makes: columns when there are too few rows for two
+        parts = n // GEMM_BLOCK_COLS if m < 2 * GEMM_BLOCK_ROWS else m // GEMM_BLOCK_ROWS
+        par = "_par" if _threaded(em, 2 * m * n * k, parts) else ""
         em.body.append(f"{v} = _rt.matmul2d{par}({x[0]}, {x[1]}, {em.buffer(node)})")
         return
     batch = 1

@@ -196,6 +196,20 @@ def test_programs_without_parallel_loops_have_no_policy():
     assert entry.threads is None and entry.call is entry.plain
 
 
+@pytest.mark.parametrize("m, k, n", [(128, 2048, 512), (100, 400, 600), (300, 200, 150),
+                                     (128, 2048, 128), (100, 100, 100), (600, 400, 100)])
+def test_a_program_threads_the_products_the_runtime_splits(m, k, n):
+    """The generated program calls the threaded product exactly where runtime.gemm_blocks
+    makes two blocks or more, column blocks included: a weight gradient of a layer's width in
+    rows (128 x 2048 x 512) had run on one thread."""
+    from jitgraph import codegen
+    from jitgraph.codegen import runtime
+    rng = np.random.default_rng(7)
+    graph = jg.make_graph(lambda a, b: a @ b)(rng.standard_normal((m, k)), rng.standard_normal((k, n)))
+    source = codegen.generate(graph)[1]
+    assert ("_rt.matmul2d_par(" in source) == (runtime.gemm_blocks(m, n, k) >= 2)
+
+
 def test_threaded_build_computes_the_same_bits_on_one_thread_and_on_all():
     """Scalar sums, column sums (per-chunk partials), row reductions and a threaded product:
     on one thread the chunks run on the calling thread, on all of them on Numba's workers,
