@@ -40,7 +40,6 @@ import tempfile
 import time
 
 
-
 def _one_core():
     """Pin this process to one core and ask every thread pool for one thread; before NumPy,
     Numba or JAX size their pools at import."""
@@ -57,11 +56,9 @@ def _start_load():
     one exits."""
     import atexit
     import subprocess
-    core = 0
-    proc = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\n"
-                             "while True:\n    pass\n"])
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"])
     atexit.register(proc.kill)
-    return proc
 
 
 if "--one-core" in sys.argv[1:]:

@@ -58,11 +58,12 @@ NJIT_ENTRY_MAX_STEPS = 48
 # A shorter program whose compiled entry would still be long (over ENTRY_MAX_LINES lines:
 # loops inline in it) gets a Python entry too, when its steps are heavy enough that Python's
 # cost per step is lost in them: Numba's compile of a function grows faster than its length,
-# and the group functions compile apart, on one compile server per core. MD's 389-line entry
+# and the group functions compile apart, on one compile server per core. MD's 381-line entry
 # (32 steps) ran compiled 4.5-4.9 s after its first call this way against 6.9-7.1 s, its
-# calls taking 1.05x as long. Entries of 150-230 lines (the MLP, the GP, the BNN) gained nothing in the
-# default tiered build, whose interpreted calls hold a core: more functions, as much compile.
-# Control flow keeps a compiled entry (a scanned LSTM's steps ran 1.25x slower from Python).
+# calls taking 1.05x as long. Entries of 150-230 lines (the MLP, the GP, the BNN) gained
+# nothing in the default tiered build, whose interpreted calls hold a core: more functions,
+# as much compile. Control flow keeps a compiled entry (a scanned LSTM's steps ran 1.25x
+# slower from Python).
 ENTRY_MAX_LINES = 300
 PY_ENTRY_STEP_S = 5e-6        # a Python step's cost (calling a compiled function with its arrays)
 PY_ENTRY_MAX_SHARE = 0.05     # of the program's estimated time

@@ -6,13 +6,13 @@ function's lines for one node: BLAS products and precompiled helpers
 subgraph functions for structured control flow.
 """
 from .emit_cpu import OPS
-from .runtime import GEMM_BLOCK_COLS, GEMM_BLOCK_FLOPS, GEMM_BLOCK_ROWS
+from .runtime import GEMM_BLOCK_FLOPS, gemm_block_limit
 from .source import np_dtype
 
 
 def _threaded(em, flops, parts):
     """Does a parallel build split this product over Numba's threads (runtime.gemm_blocks:
-    `parts` row blocks or batch items)? The helper decides again at run time from the sizes;
+    `parts` the blocks `gemm_block_limit` allows, or batch items)? The helper decides again at run time from the sizes;
     this only keeps small products' programs free of parallel launches."""
     return em.parallel and flops >= GEMM_BLOCK_FLOPS and parts >= 2
 
@@ -23,9 +23,7 @@ def _matmul(em, node, v, x):
     a, b = node.inputs
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if node.ndim == 2:
-        # the blocks runtime.gemm_blocks makes: columns when there are too few rows for two
-        parts = n // GEMM_BLOCK_COLS if m < 2 * GEMM_BLOCK_ROWS else m // GEMM_BLOCK_ROWS
-        par = "_par" if _threaded(em, 2 * m * n * k, parts) else ""
+        par = "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
         em.body.append(f"{v} = _rt.matmul2d{par}({x[0]}, {x[1]}, {em.buffer(node)})")
         return
     batch = 1

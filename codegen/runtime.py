@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import populate_array
 
 from .blas import blas_threads_local, gemm_cols, gemm_rows
@@ -42,14 +42,21 @@ def gemm_blocks(m, n, k):
     `gemm_by_columns`): a function of the sizes only."""
     if 2 * m * n * k < GEMM_BLOCK_FLOPS:
         return 1
-    limit = n // GEMM_BLOCK_COLS if gemm_by_columns(m) else m // GEMM_BLOCK_ROWS
+    limit = gemm_block_limit(m, n)
     nb = 1
     while 2 * nb <= min(GEMM_MAX_BLOCKS, limit):
         nb *= 2
     return nb
 
 
-@njit(**_OPTS)
+@register_jitable
+def gemm_block_limit(m, n):
+    """How many blocks an m x n result could be split into (before the power of two and
+    GEMM_MAX_BLOCKS): plain Python too, so the code generator (ops_cpu) asks the same rule."""
+    return n // GEMM_BLOCK_COLS if gemm_by_columns(m) else m // GEMM_BLOCK_ROWS
+
+
+@register_jitable
 def gemm_by_columns(m):
     """Are an m-row product's blocks column blocks? (too few rows for two row blocks)"""
     return m < 2 * GEMM_BLOCK_ROWS
