@@ -19,11 +19,12 @@ race), and hold the GIL meanwhile (kernels do not release it), so two kernels ne
 interleave their changes. It is an external symbol, so the helpers and kernels calling it
 can be cached: the symbol is registered at import, before any of them loads.
 
-`gemm_rows(a, b, out, r0, r1)` is one dgemm/sgemm call (SciPy's, by the same kind of symbol)
+`gemm_rows(a, b, out, r0, r1, acc)` is one dgemm/sgemm call (SciPy's, by the same kind of symbol)
 on a row block, reading C- or F-ordered operands in place through BLAS's leading dimensions:
 Numba's np.dot copies a strided operand (a row block of a transposed matrix) on every call.
 `gemm_cols` is the same call on a column block (for products of few rows), at an offset into
-b and out.
+b and out. With `acc` true, both add the product to what `out` holds (BLAS's beta = 1): a sum
+of a value and a product (`runtime.matmul2d_acc`) is made in one pass over `out`.
 """
 import ctypes
 import importlib.machinery
@@ -119,20 +120,26 @@ def blas_threads_local(n):
     return n
 
 
-def gemm_rows(a, b, out, r0, r1):
-    """out[r0:r1] = a[r0:r1] @ b for 2-D float arrays of one dtype (out C-ordered). Compiled,
-    one BLAS gemm call on the arrays as they are laid out, C- or F-ordered (a transposed
-    view): no copy, no allocation. Interpreted: NumPy."""
-    np.dot(a[r0:r1], b, out[r0:r1])
+def gemm_rows(a, b, out, r0, r1, acc):
+    """out[r0:r1] = a[r0:r1] @ b (`acc`: out[r0:r1] += ...) for 2-D float arrays of one dtype
+    (out C-ordered). Compiled, one BLAS gemm call on the arrays as they are laid out, C- or
+    F-ordered (a transposed view): no copy, no allocation. Interpreted: NumPy."""
+    if acc:
+        out[r0:r1] += a[r0:r1] @ b
+    else:
+        np.dot(a[r0:r1], b, out[r0:r1])
 
 
-def gemm_cols(a, b, out, c0, c1):
-    """out[:, c0:c1] = a @ b[:, c0:c1] for 2-D float arrays of one dtype (out C-ordered), for
+def gemm_cols(a, b, out, c0, c1, acc):
+    """out[:, c0:c1] = a @ b[:, c0:c1] (`acc`: += ...) for 2-D float arrays of one dtype (out C-ordered), for
     products of few rows split into column blocks. Compiled, one BLAS gemm call at the
     block's offset into b and out, with their leading dimensions: no strided view (which
     would be another layout, another instance of the helpers, to compile). Interpreted:
     NumPy."""
-    out[:, c0:c1] = a @ b[:, c0:c1]
+    if acc:
+        out[:, c0:c1] += a @ b[:, c0:c1]
+    else:
+        out[:, c0:c1] = a @ b[:, c0:c1]
 
 
 def _layout(x, isz):
@@ -169,38 +176,38 @@ else:
     _layout_jit = numba.njit(_layout)
 
     @numba.njit
-    def _naive(av, b, ov):
-        """ov = av @ b by loops: operands BLAS cannot read in place (never made by jitgraph's
-        kernels; a copy-and-call path compiled for several seconds per layout)."""
+    def _naive(av, b, ov, add):
+        """ov = av @ b (`add`: ov += av @ b) by loops: operands BLAS cannot read in place (never
+        made by jitgraph's kernels; a copy-and-call path compiled for several seconds per layout)."""
         for i in range(av.shape[0]):
             for j in range(b.shape[1]):
-                acc = av[i, 0] * 0
+                acc = ov[i, j] if add else av[i, 0] * 0
                 for p in range(av.shape[1]):
                     acc += av[i, p] * b[p, j]
                 ov[i, j] = acc
 
-    def _gemm_call(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
-        """One BLAS gemm call, in column-major terms C' (n x m) = op(B) (n x k) op(A) (k x m),
-        with C' at address c_addr (`out` gives the dtype). Compiled only."""
+    def _gemm_call(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc, acc):
+        """One BLAS gemm call, in column-major terms C' (n x m) = op(B) (n x k) op(A) (k x m)
+        (`acc`: C' += ...), with C' at address c_addr (`out` gives the dtype). Compiled only."""
 
     @overload(_gemm_call)
-    def _gemm_call_compiled(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
+    def _gemm_call_compiled(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc, acc):
         fn = _GEMM[out.dtype]
 
-        def impl(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc):
+        def impl(out, opb, opa, n, m, k, b_addr, ldb, a_addr, lda, c_addr, ldc, acc):
             chars = np.empty(2, np.uint8)
             chars[0], chars[1] = opb, opa
             ints = np.empty(6, np.int32)
             ints[0], ints[1], ints[2], ints[3], ints[4], ints[5] = n, m, k, ldb, lda, ldc
             scalars = np.empty(2, out.dtype)
-            scalars[0], scalars[1] = 1, 0
+            scalars[0], scalars[1] = 1, 1 if acc else 0
             fn(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
                scalars[0:].ctypes, b_addr, ints[3:].ctypes, a_addr, ints[4:].ctypes, scalars[1:].ctypes,
                c_addr, ints[5:].ctypes)
         return impl
 
     @overload(gemm_rows)
-    def _gemm_rows_compiled(a, b, out, r0, r1):
+    def _gemm_rows_compiled(a, b, out, r0, r1, acc):
         if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
             return None
 
@@ -209,52 +216,54 @@ else:
         # ~1,000 lines of IR per instance (8-12% of an MLP kernel's compile)
         blas_only = a.layout in "CF" and b.layout in "CF" and out.layout == "C"
 
-        def impl(a, b, out, r0, r1):
+        def impl(a, b, out, r0, r1, acc):
             # out^T = b^T a^T in column-major terms: C' (n x mb) = op(b) (n x k) op(a) (k x mb)
             av, ov = a[r0:r1], out[r0:r1]
             mb, k, n = av.shape[0], av.shape[1], b.shape[1]
             if mb == 0 or n == 0:
                 return
             if k == 0:
-                for i in range(mb):
-                    for j in range(n):
-                        ov[i, j] = 0
+                if not acc:
+                    for i in range(mb):
+                        for j in range(n):
+                            ov[i, j] = 0
                 return
             isz = av.itemsize
             opa, lda = _layout_jit(av, isz)
             opb, ldb = _layout_jit(b, isz)
             if not blas_only and (opa == 0 or opb == 0 or ov.strides[1] != isz
                                   or (mb > 1 and ov.strides[0] < n * isz)):
-                _naive(av, b, ov)
+                _naive(av, b, ov, acc)
                 return
             _gemm_call(ov, opb, opa, n, mb, k, np.intp(b.ctypes.data), ldb, np.intp(av.ctypes.data), lda,
-                       np.intp(ov.ctypes.data), max(1, ov.strides[0] // isz if mb > 1 else n))
+                       np.intp(ov.ctypes.data), max(1, ov.strides[0] // isz if mb > 1 else n), acc)
         return impl
 
     @overload(gemm_cols)
-    def _gemm_cols_compiled(a, b, out, c0, c1):
+    def _gemm_cols_compiled(a, b, out, c0, c1, acc):
         if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
             return None
         if not (a.layout in "CF" and b.layout in "CF" and out.layout == "C"):
-            def naive(a, b, out, c0, c1):
-                _naive(a, b[:, c0:c1], out[:, c0:c1])
+            def naive(a, b, out, c0, c1, acc):
+                _naive(a, b[:, c0:c1], out[:, c0:c1], acc)
             return naive
 
-        def impl(a, b, out, c0, c1):
+        def impl(a, b, out, c0, c1, acc):
             # as gemm_rows, C' (nb x m) = op(b block) (nb x k) op(a) (k x m), where the block of
             # b (and of out) starts c0 columns in and keeps the whole array's leading dimension
             m, k, nb = a.shape[0], a.shape[1], c1 - c0
             if m == 0 or nb <= 0:
                 return
             if k == 0:
-                for i in range(m):
-                    for j in range(c0, c1):
-                        out[i, j] = 0
+                if not acc:
+                    for i in range(m):
+                        for j in range(c0, c1):
+                            out[i, j] = 0
                 return
             isz = a.itemsize
             opa, lda = _layout_jit(a, isz)
             opb, ldb = _layout_jit(b, isz)
             _gemm_call(out, opb, opa, nb, m, k, np.intp(b.ctypes.data) + c0 * b.strides[1], ldb,
                        np.intp(a.ctypes.data), lda, np.intp(out.ctypes.data) + c0 * out.strides[1],
-                       max(1, out.strides[0] // isz if m > 1 else out.shape[1]))
+                       max(1, out.strides[0] // isz if m > 1 else out.shape[1]), acc)
         return impl

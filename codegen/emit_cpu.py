@@ -44,6 +44,7 @@ from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
+from .accumulate import accumulate_products
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
@@ -106,7 +107,8 @@ def python_entry_pays(graph, part):
 def uses_threads(source):
     """Does this generated module run work on Numba's threads: chunks of its loops
     (codegen/launch.py), or runtime helpers splitting products?"""
-    return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "matmul2d_par", "matmul_batched_par"))
+    return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "matmul2d_par", "matmul2d_acc_par",
+                                                          "matmul_batched_par"))
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which
@@ -467,6 +469,7 @@ class Emitter(EmitterBase):
         arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
+        graph = accumulate_products(graph)
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
                       prefix=prefix, shared=self.shared, out_buffers=out_buffers)
         sub.emit()

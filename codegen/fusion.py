@@ -119,6 +119,13 @@ def _inner_axes(g):
     return tuple(range(g.k, g.rank))
 
 
+def read_by_blas(node, users):
+    """Is every reader of `node` (its `users`) a 2-D product taking it as a factor? BLAS reads
+    such an operand transposed in place."""
+    return bool(users) and all(u.ndim == 2 and (u.op == "matmul" or u.op == "matmul_add" and u.inputs[0] is not node)
+                               for u in users)
+
+
 class Partition:
     """The steps of a graph, in execution order, and which values they must store."""
 
@@ -311,7 +318,7 @@ class Partition:
         if node.op == "transpose":
             # a matrix transpose only matmuls read is BLAS's strided view already
             perm, users = node.p["perm"], self.users[node.id]
-            if perm == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users):
+            if perm == (1, 0) and read_by_blas(node, users):
                 return False
             # read in place, a cache line of the operand's last axis is reused when the loop
             # over the result's axis d it moved to advances: after the points of the axes

@@ -41,13 +41,13 @@ import numpy as np
 from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS
 
-from .fusion import INDEX_VIEW_OPS, Group, OpStep
+from .fusion import INDEX_VIEW_OPS, Group, OpStep, read_by_blas
 
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
 # item assignments that may write into the array they update when it dies there
 IN_PLACE_UPDATES = ("update_slice", "scatter_set")
-PLANNED_OPS = ("matmul", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
+PLANNED_OPS = ("matmul", "matmul_add", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
                "scatter_set", "broadcast")
 
 
@@ -125,6 +125,8 @@ class MemoryPlan:
                 continue
             if self._is_view(n, users):
                 self.root[n.id] = self.root_of(part.resolve(n.inputs[0]))
+        if self._views is None and in_place:
+            self._accumulate_in_place(graph)
         last = {}
         end = self.n_steps
         for n in graph.nodes:
@@ -183,13 +185,50 @@ class MemoryPlan:
         if n.op == "reshape":
             return True
         if n.op == "transpose" and n.p["perm"] == (1, 0):
-            us = users[n.id]
-            return bool(us) and all(u.op == "matmul" and u.ndim == 2 for u in us) \
-                and n not in self.graph.outputs
+            return read_by_blas(n, users[n.id]) and n not in self.graph.outputs
         return False
 
     def root_of(self, n):
-        return self.root.get(n.id, n)
+        while n.id in self.root:       # a product added in place onto a view's value: a chain
+            n = self.root[n.id]
+        return n
+
+    def _accumulate_in_place(self, graph):
+        """Let each `matmul_add(c, a, b)` (codegen/accumulate.py) take the buffer of `c`, whose
+        value BLAS then adds the product onto, where nothing reads `c` (or a view of it) at or
+        after that step but the sum itself, `c` is a value a step computes, and neither `a`
+        nor `b` lives in its buffer. The sum is then stored as a view of `c`, so an output's
+        buffer is the one `c` is written into. Otherwise the emitter copies `c` first."""
+        part = self.part
+        readers = {}           # root id -> [(step index, reading node id)]
+        for n in graph.nodes:
+            k = self.step_at.get(n.id)
+            if k is None:
+                continue
+            for src in part.reads(n):
+                readers.setdefault(self.root_of(src).id, []).append((k, n.id))
+        for o in graph.outputs:
+            readers.setdefault(self.root_of(part.resolve(o)).id, []).append((self.n_steps, None))
+        for n in graph.nodes:
+            if n.op != "matmul_add" or n.id not in part.materialized:
+                continue
+            k = self.step_at[n.id]
+            c = part.resolve(n.inputs[0])
+            r = self.root_of(c)
+            if r.op in ("input", "const") or r.kind == "control" or r.op == "proj" \
+                    or r.id not in part.materialized or r.id not in self.step_at \
+                    or tuple(r.shape) != tuple(n.shape) or r.dtype != n.dtype:
+                continue
+            if any(self.root_of(part.resolve(x)) is r for x in n.inputs[1:]):
+                continue
+            if any(j >= k and reader != n.id for j, reader in readers.get(r.id, ())):
+                continue
+            self.root[n.id] = r
+            readers.setdefault(r.id, []).extend(readers.pop(n.id, ()))
+
+    def accumulates_in_place(self, node):
+        """Does `matmul_add` node add its product onto its first operand's buffer (no copy)?"""
+        return node.id in self.root
 
     def _plannable(self, n):
         step = self.part.step_of[n.id]

@@ -6,6 +6,7 @@ function's lines for one node: BLAS products and precompiled helpers
 subgraph functions for structured control flow.
 """
 from .emit_cpu import OPS
+from .fusion import read_by_blas
 from .runtime import GEMM_BLOCK_FLOPS, gemm_block_limit
 from .source import np_dtype
 
@@ -37,11 +38,24 @@ def _matmul(em, node, v, x):
     em.body.append(f"{v} = {em.reshape(prod, S.shape(node.shape))}")
 
 
+@OPS.register("matmul_add")
+def _matmul_add(em, node, v, x):
+    """c + a @ b (codegen/accumulate.py): BLAS adds the product onto c's buffer when the plan
+    lets the sum have it, else onto a copy of c."""
+    c, a, b = node.inputs
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    par = "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
+    if em.plan.accumulates_in_place(node):
+        em.body.append(f"{v} = {x[0]}  # the product is added onto c's buffer")
+    else:
+        em.body.append(f"{v} = _rt.copy({x[0]}, {em.buffer(node)})")
+    em.body.append(f"_rt.matmul2d_acc{par}({x[1]}, {x[2]}, {v})")
+
+
 @OPS.register("transpose")
 def _transpose(em, node, v, x):
     users = em.users[node.id]
-    if node.p["perm"] == (1, 0) and users and all(u.op == "matmul" and u.ndim == 2 for u in users) \
-            and node not in em.graph.outputs:
+    if node.p["perm"] == (1, 0) and read_by_blas(node, users) and node not in em.graph.outputs:
         em.body.append(f"{v} = {x[0]}.T  # a transposed view: BLAS reads it in place")
     else:
         em.body.append(f"{v} = _rt.copy({x[0]}.transpose({tuple(node.p['perm'])}), {em.buffer(node)})")

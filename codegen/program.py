@@ -30,7 +30,7 @@ class Program:
         # (shape, dtype) of each output buffer the kernel takes last (o0, o1, ...): computed below
         self.out_specs = []
         if plan is not None:
-            by_id = {n.id: n for n in graph.nodes}
+            by_id = {n.id: n for n in plan.graph.nodes}     # the graph the code was made of
             for nid, k in sorted(plan.out_index.items(), key=lambda kv: kv[1]):
                 n = by_id[nid]
                 self.out_specs.append((tuple(n.shape) or (1,), n.dtype))

@@ -63,13 +63,32 @@ def gemm_by_columns(m):
 
 
 @njit(**_OPTS)
-def _gemm_block(t, nb, a, b, out):
-    """Block t of nb of out = a @ b (a chunk of `parallel_chunks`)."""
+def _gemm_block(t, nb, a, b, out, acc):
+    """Block t of nb of out = a @ b (`acc`: out += a @ b), a chunk of `parallel_chunks`."""
     m, n = a.shape[0], b.shape[1]
     if nb > 1 and gemm_by_columns(m):
-        gemm_cols(a, b, out, t * n // nb, (t + 1) * n // nb)
+        gemm_cols(a, b, out, t * n // nb, (t + 1) * n // nb, acc)
     else:
-        gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb)
+        gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb, acc)
+
+
+@register_jitable
+def _matmul2d(a, b, out, acc):
+    nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
+    prev = blas_threads_local(1)
+    for t in range(nb):
+        _gemm_block(t, nb, a, b, out, acc)
+    blas_threads_local(prev)
+    return out
+
+
+@register_jitable
+def _matmul2d_par(a, b, out, acc):
+    nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
+    prev = blas_threads_local(1)
+    parallel_chunks(_gemm_block, nb, a, b, out, acc)
+    blas_threads_local(prev)
+    return out
 
 
 @njit(**_OPTS)
@@ -77,12 +96,7 @@ def matmul2d(a, b, out):
     """out = a @ b for 2-D arrays (C or F ordered: transposed views go to BLAS without a
     copy); `out` is C-ordered and shares no memory with a or b. One BLAS thread, the
     blocks of `gemm_blocks` one after another (the same blocks as `matmul2d_par`)."""
-    nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
-    prev = blas_threads_local(1)
-    for t in range(nb):
-        _gemm_block(t, nb, a, b, out)
-    blas_threads_local(prev)
-    return out
+    return _matmul2d(a, b, out, False)
 
 
 @njit(**_OPTS)
@@ -90,11 +104,20 @@ def matmul2d_par(a, b, out):
     """`matmul2d` with its blocks on Numba's threads (one block runs on the calling thread,
     launch.py). The calling thread sets the BLAS thread count around the whole region
     (blas.py)."""
-    nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
-    prev = blas_threads_local(1)
-    parallel_chunks(_gemm_block, nb, a, b, out)
-    blas_threads_local(prev)
-    return out
+    return _matmul2d_par(a, b, out, False)
+
+
+@njit(**_OPTS)
+def matmul2d_acc(a, b, out):
+    """out += a @ b, as `matmul2d` otherwise: the sum of a value (already in `out`) and a
+    product in one BLAS pass over `out` (beta = 1), no buffer for the product."""
+    return _matmul2d(a, b, out, True)
+
+
+@njit(**_OPTS)
+def matmul2d_acc_par(a, b, out):
+    """`matmul2d_acc` with its blocks on Numba's threads, as `matmul2d_par`."""
+    return _matmul2d_par(a, b, out, True)
 
 
 @intrinsic
@@ -216,7 +239,7 @@ def copy(src, dst):
 @njit(**_OPTS)
 def _batch_items(a, b, out):
     for i in range(a.shape[0]):
-        gemm_rows(a[i], b[i], out[i], 0, a.shape[1])
+        gemm_rows(a[i], b[i], out[i], 0, a.shape[1], False)
 
 
 @njit(**_OPTS)
@@ -230,7 +253,7 @@ def matmul_batched(a, b, out):
 
 @njit(**_OPTS)
 def _batch_item(i, n, a, b, out):
-    gemm_rows(a[i], b[i], out[i], 0, a.shape[1])
+    gemm_rows(a[i], b[i], out[i], 0, a.shape[1], False)
 
 
 @njit(**_OPTS)
@@ -296,9 +319,10 @@ enable_cache(list(globals().values()), helpers_cache_dir)
 
 # generated code calls these through their symbols (symbols.py): compiled once per machine, not
 # linked into every kernel and compiled there again
-(matmul2d, matmul2d_par, matmul_batched, matmul_batched_par, broadcast_into, contiguous, copy, gather,
- scatter_add, scatter_set) = map(by_symbol, (matmul2d, matmul2d_par, matmul_batched, matmul_batched_par,
-                                            broadcast_into, contiguous, copy, gather, scatter_add, scatter_set))
+(matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par, broadcast_into,
+ contiguous, copy, gather, scatter_add, scatter_set) = map(
+    by_symbol, (matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par,
+                broadcast_into, contiguous, copy, gather, scatter_add, scatter_set))
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form

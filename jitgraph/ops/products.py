@@ -56,6 +56,26 @@ register("matmul", "linalg", _matmul_abs, lambda a, b: np.matmul(a, b),
          flops=_matmul_flops)
 
 
+def _matmul_add_abs(c, a, b):
+    shape, dtype = _matmul_abs(a, b)
+    (sc, dc) = c
+    if len(shape) != 2 or tuple(sc) != shape or np.dtype(dc) != dtype:
+        raise ShapeError(f"matmul_add: c {tuple(sc)} {np.dtype(dc).name} + a @ b needs 2-D operands and c "
+                         f"of the product's shape {shape} and dtype {dtype.name}")
+    return shape, dtype
+
+
+# c + a @ b for 2-D operands, in one BLAS call that adds the product to c (beta = 1). Traced
+# programs never hold it: the CPU code generator makes it of a sum whose operand is a product
+# (codegen/accumulate.py), and its result may then take c's buffer (codegen/memory.py).
+register("matmul_add", "linalg", _matmul_add_abs, lambda c, a, b: c + np.matmul(a, b),
+         (lambda g, out, c, a, b: g, lambda g, out, c, a, b: matmul(g, _swap(b)),
+          lambda g, out, c, a, b: matmul(_swap(a), g)),
+         flops=lambda node: (2 * int(node.inputs[1].shape[-1]) + 1) * node.size,
+         host_only="a product added to a value (matmul_add: the CPU code generator's form of c + a @ b)",
+         onnx="made by the CPU code generator only: exported graphs hold matmul and add")
+
+
 # ---- contraction by labels --------------------------------------------------------------------
 def _size(shape):
     return int(np.prod(shape, dtype=np.int64))

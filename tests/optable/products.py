@@ -19,6 +19,9 @@ op("dot-method", lambda a, b: a.dot(b), ((2, 3), (3,)), ((2, 2, 3), (3, 2)))
 op("np.outer", lambda a, b: np.outer(a, b), ((3,), (4,)), ((2, 3), (4,)), ((2, 2), (3, 1)), ((), (3,)))
 op("matmul-rmatmul-const", lambda a: np.ones((2, 3)) @ a @ np.arange(4.0), ((3, 4),))
 op("matmul-self", lambda a: a @ a.T, ((3, 4),))
+# the weight's gradient sums two products: the CPU code generator adds one onto the other
+# (matmul_add, codegen/accumulate.py)
+op("matmul-shared-weight", lambda w, x: np.tanh(x @ w) @ w, ((4, 4), (3, 4)))
 op("np.inner", lambda a, b: np.inner(a, b), ((3,), (3,)), ((2, 3), (3,)), ((2, 3, 4), (5, 4)), ((2, 3), (4, 3)),
    ((3,), ()))
 op("np.vdot", lambda a, b: np.vdot(a, b), ((4,), (4,)), ((2, 3), (6,)), ((2, 2), (2, 2)))
