@@ -44,10 +44,10 @@ from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
-from .accumulate import accumulate_products
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
+from .products import rewrite_products
 from .source import Names, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
@@ -469,7 +469,7 @@ class Emitter(EmitterBase):
         arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
-        graph = accumulate_products(graph)
+        graph = rewrite_products(graph)
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
                       prefix=prefix, shared=self.shared, out_buffers=out_buffers)
         sub.emit()

@@ -194,7 +194,7 @@ class MemoryPlan:
         return n
 
     def _accumulate_in_place(self, graph):
-        """Let each `matmul_add(c, a, b)` (codegen/accumulate.py) take the buffer of `c`, whose
+        """Let each `matmul_add(c, a, b)` (codegen/products.py) take the buffer of `c`, whose
         value BLAS then adds the product onto, where nothing reads `c` (or a view of it) at or
         after that step but the sum itself, `c` is a value a step computes, and neither `a`
         nor `b` lives in its buffer. The sum is then stored as a view of `c`, so an output's

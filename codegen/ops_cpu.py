@@ -40,7 +40,7 @@ def _matmul(em, node, v, x):
 
 @OPS.register("matmul_add")
 def _matmul_add(em, node, v, x):
-    """c + a @ b (codegen/accumulate.py): BLAS adds the product onto c's buffer when the plan
+    """c + a @ b (codegen/products.py): BLAS adds the product onto c's buffer when the plan
     lets the sum have it, else onto a copy of c."""
     c, a, b = node.inputs
     m, k, n = a.shape[0], a.shape[1], b.shape[1]

@@ -67,7 +67,7 @@ def _matmul_add_abs(c, a, b):
 
 # c + a @ b for 2-D operands, in one BLAS call that adds the product to c (beta = 1). Traced
 # programs never hold it: the CPU code generator makes it of a sum whose operand is a product
-# (codegen/accumulate.py), and its result may then take c's buffer (codegen/memory.py).
+# (codegen/products.py), and its result may then take c's buffer (codegen/memory.py).
 register("matmul_add", "linalg", _matmul_add_abs, lambda c, a, b: c + np.matmul(a, b),
          (lambda g, out, c, a, b: g, lambda g, out, c, a, b: matmul(g, _swap(b)),
           lambda g, out, c, a, b: matmul(_swap(a), g)),

@@ -20,7 +20,7 @@ op("np.outer", lambda a, b: np.outer(a, b), ((3,), (4,)), ((2, 3), (4,)), ((2, 2
 op("matmul-rmatmul-const", lambda a: np.ones((2, 3)) @ a @ np.arange(4.0), ((3, 4),))
 op("matmul-self", lambda a: a @ a.T, ((3, 4),))
 # the weight's gradient sums two products: the CPU code generator adds one onto the other
-# (matmul_add, codegen/accumulate.py)
+# (matmul_add, codegen/products.py)
 op("matmul-shared-weight", lambda w, x: np.tanh(x @ w) @ w, ((4, 4), (3, 4)))
 op("np.inner", lambda a, b: np.inner(a, b), ((3,), (3,)), ((2, 3), (3,)), ((2, 3, 4), (5, 4)), ((2, 3), (4, 3)),
    ((3,), ()))

@@ -1,12 +1,13 @@
-"""Sums with a product in them become `matmul_add` (codegen/accumulate.py): one BLAS pass
-that adds the product onto the other operand's buffer."""
+"""Products in BLAS's best forms (codegen/products.py): transposed products computed
+transposed, and sums with a product in them as `matmul_add`, one BLAS pass that adds the
+product onto the other operand's buffer."""
 import numpy as np
 import pytest
 
 import jitgraph as jg
 from jitgraph import codegen
 from jitgraph.codegen import memory, runtime
-from jitgraph.codegen.accumulate import accumulate_products
+from jitgraph.codegen.products import accumulate_products, rewrite_products
 from jitgraph.interpreter import evaluate
 
 
@@ -113,3 +114,32 @@ def test_compiled_gradients_with_sums_of_products_match_eager():
     np.testing.assert_allclose(v, v0, rtol=1e-12)
     for g, g0 in zip(grads, grads0):
         np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-12)
+
+
+def _torch_style(w1, b1, w2, x):
+    """Linear layers as PyTorch lays their weights out: x @ W.T, W of shape (out, in)."""
+    h = np.tanh(x @ w1.T + b1)
+    return np.sum((h @ w2.T) ** 2) + 0.1 * np.sum(w2 ** 2)
+
+
+def _args_torch(rng):
+    return (rng.standard_normal((64, 32)) * 0.2, rng.standard_normal(64), rng.standard_normal((16, 64)) * 0.2,
+            rng.standard_normal((128, 32)))
+
+
+def test_a_transposed_product_is_computed_transposed():
+    """The gradients of weights used as `x @ W.T` are `(x.T @ dy).T`: computed as `dy.T @ x`
+    (factors read transposed in place), no transposed copy of a product is left, and one of
+    them then adds its L2 term by `matmul_add`."""
+    args = _args_torch(np.random.default_rng(6))
+    graph = jg.make_graph(_torch_style, argnums=(0, 1, 2), grad=True)(*args)
+    new = rewrite_products(graph)
+    new.verify()
+    assert not [n for n in new.nodes if n.op == "transpose" and n.inputs[0].op == "matmul"]
+    assert _ops(new).count("matmul_add") == 1
+    for got, want in zip(evaluate(new, *args), evaluate(graph, *args)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    _, source, em = codegen.generate(graph)
+    assert "_rt.copy(" not in source
+    transposes = [n for n in em.graph.nodes if n.op == "transpose"]
+    assert transposes and all(em.plan.root_of(n) is not n for n in transposes)     # views BLAS reads
