@@ -226,6 +226,14 @@ def trsm(a, x, lower, trans, unit):
     x[...] = solve_triangular(a, x, trans=1 if trans else 0, lower=bool(lower), unit_diagonal=bool(unit))
 
 
+def trsm_cols(a, x, c0, c1, lower, trans, unit):
+    """`trsm` on the columns c0:c1 of x only, in place (one block of a solve whose right-hand
+    sides are split over threads). Python mode: SciPy's solve_triangular."""
+    from scipy.linalg import solve_triangular
+    x[:, c0:c1] = solve_triangular(a, x[:, c0:c1], trans=1 if trans else 0, lower=bool(lower),
+                                   unit_diagonal=bool(unit))
+
+
 if not numba.config.DISABLE_JIT:
     _DTRSM = _register_dtrsm()
 
@@ -244,6 +252,23 @@ if not numba.config.DISABLE_JIT:
             alpha = np.ones(1)
             _DTRSM(side.ctypes, uplo.ctypes, tra.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, alpha.ctypes,
                    a.ctypes, lda.ctypes, x.ctypes, ldb.ctypes)
+        return impl
+
+    @overload(trsm_cols)
+    def _trsm_cols_compiled(a, x, c0, c1, lower, trans, unit):
+        def impl(a, x, c0, c1, lower, trans, unit):
+            # as trsm, on the rows c0:c1 of BLAS's x^T: k - c0 elements from x's start, the
+            # leading dimension still x's row length
+            n, k = x.shape
+            if n == 0 or c1 <= c0:
+                return
+            side, uplo = np.full(1, ord("R"), np.uint8), np.full(1, ord("U" if lower else "L"), np.uint8)
+            tra, diag = np.full(1, ord("T" if trans else "N"), np.uint8), np.full(1, ord("U" if unit else "N"), np.uint8)
+            m_, n_ = np.full(1, c1 - c0, np.int32), np.full(1, n, np.int32)
+            lda, ldb = np.full(1, n, np.int32), np.full(1, k, np.int32)
+            alpha = np.ones(1)
+            _DTRSM(side.ctypes, uplo.ctypes, tra.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, alpha.ctypes,
+                   a.ctypes, lda.ctypes, x[:, c0:].ctypes, ldb.ctypes)
         return impl
 
 
@@ -299,6 +324,36 @@ def solve_triangular_core(a, b, x, lower, trans, unit):
         xi = np.ascontiguousarray(bi)
         trsm(ai, xi, lower, trans, unit)
         _put(x[i], xi)
+    return 0
+
+
+@register_jitable
+def solve_triangular_ready(a, b, unit):
+    """Before a solve split into column blocks: 1 for a singular a (a zero on the diagonal,
+    unless `unit`), 2 when a or b has an infinity or a NaN (the whole routine then runs, which
+    fills such a matrix's solution with NaN), else 0."""
+    n = a.shape[1]
+    for i in range(a.shape[0]):
+        if not unit:
+            for j in range(n):
+                if a[i, j, j] == 0.0:
+                    return 1
+    for i in range(a.shape[0]):
+        if not (_finite(a[i]) and _finite(b[i])):
+            return 2
+    return 0
+
+
+@register_jitable
+def solve_triangular_cols(a, b, x, c0, c1, lower, trans, unit):
+    """x[..., c0:c1] = op(a)^-1 b[..., c0:c1]: one column block of a float64 solve whose
+    operands `solve_triangular_ready` passed. It runs on a worker thread: no BLAS thread count
+    is set here (the caller sets it around the region, blas.py)."""
+    for i in range(a.shape[0]):
+        for r in range(b.shape[1]):
+            for c in range(c0, c1):
+                x[i, r, c] = b[i, r, c]
+        trsm_cols(a[i], x[i], c0, c1, lower, trans, unit)
     return 0
 
 
@@ -464,6 +519,15 @@ def _solve_triangular_c(ap, bp, xp, nb, n, k, lower, trans, unit):
     return status
 
 
+def _solve_triangular_ready_c(ap, bp, nb, n, k, unit):
+    return solve_triangular_ready(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), unit)
+
+
+def _solve_triangular_cols_c(ap, bp, xp, nb, n, k, c0, c1, lower, trans, unit):
+    return solve_triangular_cols(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)),
+                                 c0, c1, lower, trans, unit)
+
+
 def _slogdet_c(ap, sp, lp, nb, n):
     prev = blas_threads_local(1)      # see blas.py
     status = slogdet_core(carray(ap, (nb, n, n)), carray(sp, (nb,)), carray(lp, (nb,)))
@@ -532,6 +596,10 @@ ROUTINES = {
     "solve": Routine(_solve_c, "DDDiii", "Singular matrix"),
     "cholesky": Routine(_cholesky_c, "DDii", "Matrix is not positive definite"),
     "solve_triangular": Routine(_solve_triangular_c, "DDDiiiiii", "singular matrix"),
+    # a float64 solve with many right-hand sides, in column blocks on Numba's threads
+    # (ops_linalg): the checks first, then one block per call
+    "solve_triangular_ready": Routine(_solve_triangular_ready_c, "DDiiii", None),
+    "solve_triangular_cols": Routine(_solve_triangular_cols_c, "DDDiiiiiiii", None),
     "slogdet": Routine(_slogdet_c, "DDDii", None),
     "eigh": Routine(_eigh_c, "DDDiii", "Eigenvalues did not converge"),
     "svd": Routine(_svd_c, "DDDDiiiii", "SVD did not converge"),

@@ -33,7 +33,8 @@ runtime = types.SimpleNamespace(**_RUNTIME,
                                 # the threaded products' blocks, one after another: the same results
                                 matmul2d_par=_RUNTIME["matmul2d"], matmul2d_acc_par=_RUNTIME["matmul2d_acc"],
                                 matmul_batched_par=_RUNTIME["matmul_batched"],
-                                parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit)
+                                parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit,
+                                blas_threads_local=_runtime.blas_threads_local)
 
 _IMPORTS = {
     "from numba import njit": "from jitgraph.codegen.pymode import njit",

@@ -572,3 +572,41 @@ def test_solves_by_cholesky_factors_are_triangular():
     for x, w in zip(gr, g_ref):
         np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
     assert np.all(np.triu(gr[0], 1) == 0)       # cholesky reads the lower triangle
+
+
+def test_a_solve_with_many_right_hand_sides_runs_in_column_blocks():
+    """A float64 triangular solve with 256 or more right-hand sides (here a Cholesky factor's
+    backward) runs as column blocks on Numba's threads (codegen/ops_linalg.py): the same values
+    as SciPy, a singular factor raises as SciPy does, and a non-finite operand gives NaN as the
+    whole routine does."""
+    import scipy.linalg as sla
+    rng = np.random.default_rng(11)
+    n = 260
+    a = np.tril(rng.standard_normal((n, n))) + n * np.eye(n)
+    b = rng.standard_normal((n, n))
+
+    def solve(a, b):
+        return sla.solve_triangular(a, b, lower=True)
+
+    f = jg.jit(solve)
+    assert "solve_triangular_chunk" in f.lower(a, b).source
+    np.testing.assert_allclose(f(a, b), sla.solve_triangular(a, b, lower=True), rtol=1e-12, atol=1e-12)
+    g = jg.jit(lambda a, b: sla.solve_triangular(a, b, trans=1, lower=True))
+    np.testing.assert_allclose(g(a, b), sla.solve_triangular(a, b, trans=1, lower=True), rtol=1e-12, atol=1e-12)
+    singular = a.copy()
+    singular[5, 5] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular matrix"):
+        f(singular, b)
+    bad = b.copy()
+    bad[3, 7] = np.nan
+    assert np.isnan(f(a, bad)).all()
+
+    def loss(k):
+        return np.sum(np.linalg.cholesky(k) * b)
+
+    k = a @ a.T
+    fg = jg.jit_grad(loss, wait=True)
+    assert "solve_triangular_chunk" in fg.lower(k).source
+    (v, grad), (v0, grad0) = fg(k), jg.value_and_grad(loss)(k)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(grad, grad0, rtol=1e-9, atol=1e-12 * np.abs(grad0).max())
