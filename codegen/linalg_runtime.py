@@ -218,6 +218,24 @@ def _register_dtrsm():
     return types.ExternalFunction("jitgraph_dtrsm", types.void(*([types.voidptr] * 11)))
 
 
+def _register_dpotrf():
+    """Register LAPACK's dpotrf (SciPy's) as a process-wide symbol, as dtrsm."""
+    addr = get_cython_function_address("scipy.linalg.cython_lapack", "dpotrf")
+    llvm.add_symbol("jitgraph_dpotrf", addr)
+    return types.ExternalFunction("jitgraph_dpotrf", types.void(*([types.voidptr] * 5)))
+
+
+def potrf_lower(x):
+    """x <- its lower Cholesky factor in place (the upper triangle zeroed), for a C-ordered
+    float64 symmetric x; returns 0, or LAPACK's info > 0 when x is not positive definite.
+    Python mode: NumPy."""
+    try:
+        x[...] = np.linalg.cholesky(x)
+    except np.linalg.LinAlgError:
+        return 1
+    return 0
+
+
 def trsm(a, x, lower, trans, unit):
     """x <- op(a)^-1 x in place, for C-ordered float64 a (n, n) and x (n, k): op(a) is a or
     a^T, a lower or upper triangular, with a unit diagonal if `unit` (not read). Python mode:
@@ -236,6 +254,24 @@ def trsm_cols(a, x, c0, c1, lower, trans, unit):
 
 if not numba.config.DISABLE_JIT:
     _DTRSM = _register_dtrsm()
+    _DPOTRF = _register_dpotrf()
+
+    @overload(potrf_lower)
+    def _potrf_lower_compiled(x):
+        def impl(x):
+            # column-major LAPACK sees the C-ordered symmetric x as itself: its upper factor U
+            # (U^T U = x) is, read in rows, the lower factor L = U^T
+            n = x.shape[0]
+            if n == 0:
+                return 0
+            uplo = np.full(1, ord("U"), np.uint8)
+            n_, lda, info = np.full(1, n, np.int32), np.full(1, n, np.int32), np.zeros(1, np.int32)
+            _DPOTRF(uplo.ctypes, n_.ctypes, x.ctypes, lda.ctypes, info.ctypes)
+            for i in range(n):
+                for j in range(i + 1, n):
+                    x[i, j] = 0.0
+            return info[0]
+        return impl
 
     @overload(trsm)
     def _trsm_compiled(a, x, lower, trans, unit):
@@ -292,18 +328,19 @@ def solve_core(a, b, x):
 
 @register_jitable
 def cholesky_core(a, out):
+    """LAPACK's dpotrf on a float64 copy of each matrix (NumPy's and Numba's np.linalg.cholesky
+    copied twice more: 2.3-2.4 ms against 1.0 ms at n = 400 on one thread)."""
+    n = a.shape[1]
+    w = np.empty((n, n), np.float64)
     for i in range(a.shape[0]):
-        ai = a[i].astype(np.float64)
+        ai = a[i]
         if not _finite(ai):
             _fill(out[i], np.nan)
             continue
-        ok = True
-        try:
-            _put(out[i], np.linalg.cholesky(ai))
-        except Exception:
-            ok = False
-        if not ok:
+        _put(w, ai)
+        if potrf_lower(w) != 0:
             return 1
+        _put(out[i], w)
     return 0
 
 

@@ -96,22 +96,22 @@ def _solve(em, node, v, x):
 
 @OPS.register("solve_triangular")
 def _solve_triangular(em, node, v, x):
+    """A float64 solve in a compiled entry: a check pass, then dtrsm on the result's buffer,
+    in column blocks on Numba's threads when the right-hand sides are many (see
+    SOLVE_BLOCK_COLS); otherwise (Python entries, float32) the whole routine."""
     p = node.p
     flags = (int(p["lower"]), int(p["trans"]), int(p["unit"]))
     a, b = node.inputs
-    k = b.shape[-1]
-    if not (em.parallel and not em.driver and node.dtype == np.float64 and a.dtype == np.float64
-            and k >= 2 * SOLVE_BLOCK_COLS and node.size * a.shape[-1] >= GEMM_BLOCK_FLOPS):
+    if em.driver or node.dtype != np.float64 or a.dtype != np.float64:
         _solve_call(em, node, v, x, "solve_triangular", flags)
         return
+    k = b.shape[-1]
+    blocks = em.parallel and k >= 2 * SOLVE_BLOCK_COLS and node.size * a.shape[-1] >= GEMM_BLOCK_FLOPS
     nb, n, ks = _sizes(em, b.shape)
     ins = _operands(em, v, x)
     em.body.append(f"{v} = {em.buffer(node)}")
     ready = _routine(em, "solve_triangular_ready", node.dtype)
     cols = _routine(em, "solve_triangular_cols", node.dtype)
-    chunk = em.function_name([f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, "
-                              "lower, trans, unit)"], "solve_triangular_chunk",
-                             ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
     em.body += [f"{v}_st = {ready}({ins[0]}.ctypes, {ins[1]}.ctypes, {nb}, {n}, {ks}, {flags[2]})",
                 f"if {v}_st == 1:",
                 f"    raise np.linalg.LinAlgError({ROUTINES['solve_triangular'].message!r})"]
@@ -120,12 +120,17 @@ def _solve_triangular(em, node, v, x):
     body, em.body = em.body, []
     _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, ks, *flags])
     body += ["    " + line for line in em.body]
-    em.body = body + [
-        "else:",
-        f"    {v}_prev = _rt.blas_threads_local(1)",
-        f"    _rt.parallel_chunks({chunk}, max(1, min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
-        f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {', '.join(map(str, flags))})",
-        f"    _rt.blas_threads_local({v}_prev)"]
+    args = f"{nb}, {n}, {ks}, {', '.join(map(str, flags))}"
+    if blocks:
+        chunk = em.function_name(
+            [f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
+            "solve_triangular_chunk", ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
+        solve = (f"_rt.parallel_chunks({chunk}, max(1, min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
+                 f"{ins[0]}, {ins[1]}, {v}, {args})")
+    else:
+        solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {', '.join(map(str, flags))})"
+    em.body = body + ["else:", f"    {v}_prev = _rt.blas_threads_local(1)", f"    {solve}",
+                      f"    _rt.blas_threads_local({v}_prev)"]
 
 
 @OPS.register("cholesky")
