@@ -236,17 +236,11 @@ def potrf_lower(x):
     return 0
 
 
-def trsm(a, x, lower, trans, unit):
-    """x <- op(a)^-1 x in place, for C-ordered float64 a (n, n) and x (n, k): op(a) is a or
-    a^T, a lower or upper triangular, with a unit diagonal if `unit` (not read). Python mode:
-    SciPy's solve_triangular."""
-    from scipy.linalg import solve_triangular
-    x[...] = solve_triangular(a, x, trans=1 if trans else 0, lower=bool(lower), unit_diagonal=bool(unit))
-
-
 def trsm_cols(a, x, c0, c1, lower, trans, unit):
-    """`trsm` on the columns c0:c1 of x only, in place (one block of a solve whose right-hand
-    sides are split over threads). Python mode: SciPy's solve_triangular."""
+    """x[:, c0:c1] <- op(a)^-1 x[:, c0:c1] in place, for C-ordered float64 a (n, n) and x (n, k):
+    op(a) is a or a^T, a lower or upper triangular, with a unit diagonal if `unit` (not read).
+    A block of columns is one block of a solve whose right-hand sides are split over threads.
+    Python mode: SciPy's solve_triangular."""
     from scipy.linalg import solve_triangular
     x[:, c0:c1] = solve_triangular(a, x[:, c0:c1], trans=1 if trans else 0, lower=bool(lower),
                                    unit_diagonal=bool(unit))
@@ -273,28 +267,13 @@ if not numba.config.DISABLE_JIT:
             return info[0]
         return impl
 
-    @overload(trsm)
-    def _trsm_compiled(a, x, lower, trans, unit):
-        def impl(a, x, lower, trans, unit):
-            # Column-major BLAS sees the C-ordered a as a^T and x as x^T: op(a) x = b is
-            # x^T op(a)^T = b^T, a right-side solve with a^T's triangle (the other one).
-            n, k = x.shape
-            if n == 0 or k == 0:
-                return
-            side, uplo = np.full(1, ord("R"), np.uint8), np.full(1, ord("U" if lower else "L"), np.uint8)
-            tra, diag = np.full(1, ord("T" if trans else "N"), np.uint8), np.full(1, ord("U" if unit else "N"), np.uint8)
-            m_, n_ = np.full(1, k, np.int32), np.full(1, n, np.int32)
-            lda, ldb = np.full(1, n, np.int32), np.full(1, k, np.int32)
-            alpha = np.ones(1)
-            _DTRSM(side.ctypes, uplo.ctypes, tra.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, alpha.ctypes,
-                   a.ctypes, lda.ctypes, x.ctypes, ldb.ctypes)
-        return impl
-
     @overload(trsm_cols)
     def _trsm_cols_compiled(a, x, c0, c1, lower, trans, unit):
         def impl(a, x, c0, c1, lower, trans, unit):
-            # as trsm, on the rows c0:c1 of BLAS's x^T: k - c0 elements from x's start, the
-            # leading dimension still x's row length
+            # Column-major BLAS sees the C-ordered a as a^T and x as x^T: op(a) x = b is
+            # x^T op(a)^T = b^T, a right-side solve with a^T's triangle (the other one), here on
+            # the rows c0:c1 of x^T: c0 elements from x's start, the leading dimension still
+            # x's row length
             n, k = x.shape
             if n == 0 or c1 <= c0:
                 return
@@ -306,6 +285,23 @@ if not numba.config.DISABLE_JIT:
             _DTRSM(side.ctypes, uplo.ctypes, tra.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, alpha.ctypes,
                    a.ctypes, lda.ctypes, x[:, c0:].ctypes, ldb.ctypes)
         return impl
+
+
+@register_jitable
+def trsm(a, x, lower, trans, unit):
+    """`trsm_cols` on every column of x."""
+    trsm_cols(a, x, 0, x.shape[1], lower, trans, unit)
+
+
+@register_jitable
+def _singular(a, unit):
+    """Is triangular `a` singular for a solve: a zero on its diagonal (unless `unit`), as for
+    SciPy's solve_triangular?"""
+    if not unit:
+        for j in range(a.shape[0]):
+            if a[j, j] == 0.0:
+                return True
+    return False
 
 
 # ---- the routines (one stack of matrices each; every array C-ordered) ------------------------------
@@ -348,16 +344,13 @@ def cholesky_core(a, out):
 def solve_triangular_core(a, b, x, lower, trans, unit):
     """x = op(a)^-1 b with op(a) = a or a^T (`trans`), a lower or upper triangular; a zero on
     the diagonal (unless `unit`) is a singular matrix, as for SciPy's solve_triangular."""
-    n = a.shape[1]
     for i in range(a.shape[0]):
         ai, bi = np.ascontiguousarray(a[i].astype(np.float64)), b[i].astype(np.float64)
         if not (_finite(ai) and _finite(bi)):
             _fill(x[i], np.nan)
             continue
-        if not unit:
-            for j in range(n):
-                if ai[j, j] == 0.0:
-                    return 1
+        if _singular(ai, unit):
+            return 1
         xi = np.ascontiguousarray(bi)
         trsm(ai, xi, lower, trans, unit)
         _put(x[i], xi)
@@ -366,18 +359,15 @@ def solve_triangular_core(a, b, x, lower, trans, unit):
 
 @register_jitable
 def solve_triangular_ready(a, b, unit):
-    """Before a solve split into column blocks: 1 for a singular a (a zero on the diagonal,
-    unless `unit`), 2 when a or b has an infinity or a NaN (the whole routine then runs, which
-    fills such a matrix's solution with NaN), else 0."""
-    n = a.shape[1]
-    for i in range(a.shape[0]):
-        if not unit:
-            for j in range(n):
-                if a[i, j, j] == 0.0:
-                    return 1
+    """Before a solve split into column blocks, the matrices in order as `solve_triangular_core`
+    takes them: 2 at the first with an infinity or a NaN in a or b (the whole routine then
+    runs: it fills such a matrix's solution with NaN, and raises for a later singular one), 1
+    at the first singular one before it, else 0."""
     for i in range(a.shape[0]):
         if not (_finite(a[i]) and _finite(b[i])):
             return 2
+        if _singular(a[i], unit):
+            return 1
     return 0
 
 
@@ -387,9 +377,7 @@ def solve_triangular_cols(a, b, x, c0, c1, lower, trans, unit):
     operands `solve_triangular_ready` passed. It runs on a worker thread: no BLAS thread count
     is set here (the caller sets it around the region, blas.py)."""
     for i in range(a.shape[0]):
-        for r in range(b.shape[1]):
-            for c in range(c0, c1):
-                x[i, r, c] = b[i, r, c]
+        _put(x[i][:, c0:c1], b[i][:, c0:c1])
         trsm_cols(a[i], x[i], c0, c1, lower, trans, unit)
     return 0
 

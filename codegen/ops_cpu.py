@@ -18,13 +18,19 @@ def _threaded(em, flops, parts):
     return em.parallel and flops >= GEMM_BLOCK_FLOPS and parts >= 2
 
 
+def _split_2d(em, m, k, n):
+    """The suffix of the runtime's 2-D product an (m, k) @ (k, n) product calls: "_par" when
+    its blocks run on Numba's threads, else ""."""
+    return "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
+
+
 @OPS.register("matmul")
 def _matmul(em, node, v, x):
     S = em.sizes
     a, b = node.inputs
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if node.ndim == 2:
-        par = "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
+        par = _split_2d(em, m, k, n)
         em.body.append(f"{v} = _rt.matmul2d{par}({x[0]}, {x[1]}, {em.buffer(node)})")
         return
     batch = 1
@@ -43,8 +49,7 @@ def _matmul_add(em, node, v, x):
     """c + a @ b (codegen/products.py): BLAS adds the product onto c's buffer when the plan
     lets the sum have it, else onto a copy of c."""
     c, a, b = node.inputs
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    par = "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
+    par = _split_2d(em, a.shape[0], a.shape[1], b.shape[1])
     if em.plan.accumulates_in_place(node):
         em.body.append(f"{v} = {x[0]}  # the product is added onto c's buffer")
     else:

@@ -109,7 +109,6 @@ def _solve_triangular(em, node, v, x):
             or node.size * a.shape[-1] < GEMM_BLOCK_FLOPS:
         _solve_call(em, node, v, x, "solve_triangular", flags)
         return
-    blocks = em.parallel
     nb, n, ks = _sizes(em, b.shape)
     ins = _operands(em, v, x)
     em.body.append(f"{v} = {em.buffer(node)}")
@@ -123,15 +122,15 @@ def _solve_triangular(em, node, v, x):
     body, em.body = em.body, []
     _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, ks, *flags])
     body += ["    " + line for line in em.body]
-    args = f"{nb}, {n}, {ks}, {', '.join(map(str, flags))}"
-    if blocks:
+    flag_args = ", ".join(map(str, flags))
+    if em.parallel:
         chunk = em.function_name(
             [f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
             "solve_triangular_chunk", ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
         solve = (f"_rt.parallel_chunks({chunk}, max(1, min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
-                 f"{ins[0]}, {ins[1]}, {v}, {args})")
+                 f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})")
     else:
-        solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {', '.join(map(str, flags))})"
+        solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {flag_args})"
     em.body = body + ["else:", f"    {v}_prev = _rt.blas_threads_local(1)", f"    {solve}",
                       f"    _rt.blas_threads_local({v}_prev)"]
 

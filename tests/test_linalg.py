@@ -600,6 +600,7 @@ def test_a_solve_with_many_right_hand_sides_runs_in_column_blocks():
     bad = b.copy()
     bad[3, 7] = np.nan
     assert np.isnan(f(a, bad)).all()
+    assert np.isnan(f(singular, bad)).all()        # as the whole routine: NaN before the singular check
 
     def loss(k):
         return np.sum(np.linalg.cholesky(k) * b)
