@@ -44,6 +44,7 @@ from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
+from . import strides
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
@@ -108,7 +109,7 @@ def uses_threads(source):
     """Does this generated module run work on Numba's threads: chunks of its loops
     (codegen/launch.py), or runtime helpers splitting products?"""
     return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "matmul2d_par", "matmul2d_acc_par",
-                                                          "matmul_batched_par"))
+                                                          "matmul_batched_par", "matmul_strided_par"))
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which
@@ -449,7 +450,20 @@ class Emitter(EmitterBase):
         if lower is None:
             raise NotImplementedError(f"codegen: no CPU lowering for op {node.op!r}")
         self.body.append(self.comment(node))
-        lower(self, node, self.var(node), [self.array(i) for i in node.inputs])
+        strided = self.part.strided.get(node.id)
+        x = [self.strided(v, strided[1]) for v in strided[0]] if strided else [self.array(i) for i in node.inputs]
+        lower(self, node, self.var(node), x)
+
+    def strided(self, view, groups=()):
+        """An expression for a StridedView (codegen/strides.py): its base's array read at the
+        view's offset, shape and strides, by `_rt.strided` (NumPy's as_strided in a Python
+        entry). The base is C-ordered (Partition._c_base). `groups`: the sizes each of its
+        leading axes merges (strides.batched_matrices), whose product is its extent."""
+        fn = "_rt.strided_py" if self.driver else "_rt.strided"
+        S = self.sizes
+        shape = ", ".join([S.product(g) for g in groups] + [S(d) for d in view.shape[len(groups):]])
+        steps = ", ".join(strides.spell(p, S) for p in view.strides)
+        return f"{fn}({self.array(view.base)}, {strides.spell(view.offset, S)}, ({shape},), ({steps},))"
 
     def slices(self, p):
         parts = []

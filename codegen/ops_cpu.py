@@ -37,6 +37,14 @@ def _matmul(em, node, v, x):
     for d in node.shape[:-2]:
         batch *= d
     par = "_par" if _threaded(em, 2 * batch * m * n * k, batch) else ""
+    strided = em.part.strided.get(node.id)
+    if strided is not None:
+        # operands as strided views (fusion.Partition._strided_product), batch axes in two groups
+        g0, g1 = (S.product(g) for g in strided[1])
+        out = em.reshape(em.buffer(node), f"({g0}, {g1}, {S(m)}, {S(n)})")
+        prod = f"_rt.matmul_strided{par}({x[0]}, {x[1]}, {out})"
+        em.body.append(f"{v} = {em.reshape(prod, S.shape(node.shape))}")
+        return
     nb = S.product(node.shape[:-2])
     prod = (f"_rt.matmul_batched{par}({em.reshape(x[0], f'({nb}, {S(m)}, {S(k)})')}, "
             f"{em.reshape(x[1], f'({nb}, {S(k)}, {S(n)})')}, "

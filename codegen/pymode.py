@@ -26,13 +26,15 @@ exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos)
 _RUNTIME = {name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
-            for name in ("matmul2d", "matmul2d_acc", "matmul_batched", "gather", "scatter_add", "scatter_set",
+            for name in ("matmul2d", "matmul2d_acc", "matmul_batched", "matmul_strided", "gather", "scatter_add", "scatter_set",
                          "copy", "slot_view", "broadcast_into", "contiguous")}
 runtime = types.SimpleNamespace(**_RUNTIME,
                                 slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
+                                strided=_runtime.strided_py, strided_py=_runtime.strided_py,
                                 # the threaded products' blocks, one after another: the same results
                                 matmul2d_par=_RUNTIME["matmul2d"], matmul2d_acc_par=_RUNTIME["matmul2d_acc"],
                                 matmul_batched_par=_RUNTIME["matmul_batched"],
+                                matmul_strided_par=_RUNTIME["matmul_strided"],
                                 parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit,
                                 blas_threads_local=_runtime.blas_threads_local)
 

@@ -195,6 +195,42 @@ def c_view_py(a, shape):
     return a.reshape(shape)
 
 
+@intrinsic
+def strided(typingctx, base, offset, shape, steps):
+    """The view of C-ordered `base` at element `offset` with `shape` and element strides
+    `steps` (NumPy's as_strided, in elements): a batched product's operand read in place
+    (codegen/strides.py). The generator derived offset and strides from the view ops, so no
+    checks. Its layout is 'A', one type for every view of a rank."""
+    if not isinstance(base, types.Array) or base.layout != "C" or not isinstance(offset, types.Integer) \
+            or not isinstance(shape, types.BaseTuple) or not isinstance(steps, types.BaseTuple) \
+            or len(shape) != len(steps) or not all(isinstance(t, types.Integer) for t in tuple(shape) + tuple(steps)):
+        return None
+    nd = len(shape)
+    result = base.copy(ndim=nd, layout="A")
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(base)(context, builder, args[0])
+        off = context.cast(builder, args[1], offset, types.intp)
+        dims = [context.cast(builder, d, t, types.intp)
+                for d, t in zip(cgutils.unpack_tuple(builder, args[2], nd), shape)]
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(base.dtype)))
+        strides_ = [builder.mul(context.cast(builder, s, t, types.intp), itemsize)
+                    for s, t in zip(cgutils.unpack_tuple(builder, args[3], nd), steps)]
+        out = context.make_array(result)(context, builder)
+        populate_array(out, data=builder.gep(src.data, [off]), shape=dims, strides=strides_, itemsize=itemsize,
+                       meminfo=src.meminfo)
+        return impl_ret_borrowed(context, builder, result, out._getvalue())
+
+    return result(base, offset, shape, steps), codegen
+
+
+def strided_py(base, offset, shape, steps):
+    """`strided` for Python callers (a Python entry, NUMBA_DISABLE_JIT): NumPy's as_strided."""
+    flat = base.reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * base.itemsize for s in steps),
+                                           writeable=False)
+
+
 def slot_view(ws, offset, nbytes, shape, dtype):
     """`slot` for a Python caller (a Python entry): the same view, made by NumPy."""
     return ws[offset:offset + nbytes].view(dtype).reshape(shape)
@@ -270,6 +306,40 @@ def matmul_batched_par(a, b, out):
 
 
 @njit(**_OPTS)
+def _strided_item(t, nt, a, b, out):
+    i, j = divmod(t, a.shape[1])
+    gemm_rows(a[i, j], b[i, j], out[i, j], 0, a.shape[2], False)
+
+
+@njit(**_OPTS)
+def matmul_strided(a, b, out):
+    """out[i, j] = a[i, j] @ b[i, j] for 4-D a and b of any strides whose matrices BLAS reads
+    in place (the generator's strided views; any other layout is multiplied by loops) and a
+    C-ordered out, on one BLAS thread."""
+    prev = blas_threads_local(1)
+    nt = a.shape[0] * a.shape[1]
+    for t in range(nt):
+        _strided_item(t, nt, a, b, out)
+    blas_threads_local(prev)
+    return out
+
+
+@njit(**_OPTS)
+def matmul_strided_par(a, b, out):
+    """`matmul_strided` with the items on Numba's threads when they are worth a parallel
+    launch (GEMM_BLOCK_FLOPS in all)."""
+    prev = blas_threads_local(1)
+    nt = a.shape[0] * a.shape[1]
+    if nt < 2 or 2 * nt * a.shape[2] * a.shape[3] * b.shape[3] < GEMM_BLOCK_FLOPS:
+        for t in range(nt):
+            _strided_item(t, nt, a, b, out)
+    else:
+        parallel_chunks(_strided_item, nt, a, b, out)
+    blas_threads_local(prev)
+    return out
+
+
+@njit(**_OPTS)
 def _check_index(idx, n):
     for j in range(idx.shape[0]):
         if idx[j] < -n or idx[j] >= n:
@@ -319,12 +389,14 @@ enable_cache(list(globals().values()), helpers_cache_dir)
 
 # generated code calls these through their symbols (symbols.py): compiled once per machine, not
 # linked into every kernel and compiled there again
-(matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par, broadcast_into,
- contiguous, copy, gather, scatter_add, scatter_set) = map(
+(matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par, matmul_strided,
+ matmul_strided_par, broadcast_into, contiguous, copy, gather, scatter_add, scatter_set) = map(
     by_symbol, (matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par,
-                broadcast_into, contiguous, copy, gather, scatter_add, scatter_set))
+                matmul_strided, matmul_strided_par, broadcast_into, contiguous, copy, gather, scatter_add,
+                scatter_set))
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form
+    strided = strided_py
     c_view = c_view_py
     parallel_chunks = parallel_chunks_py

@@ -6,7 +6,7 @@ import pytest
 
 import jitgraph as jg
 from jitgraph import codegen
-from jitgraph.codegen import memory, runtime
+from jitgraph.codegen import memory, runtime, strides
 from jitgraph.codegen.products import accumulate_products, rewrite_products
 from jitgraph.interpreter import evaluate
 
@@ -143,3 +143,115 @@ def test_a_transposed_product_is_computed_transposed():
     assert "_rt.copy(" not in source
     transposes = [n for n in em.graph.nodes if n.op == "transpose"]
     assert transposes and all(em.plan.root_of(n) is not n for n in transposes)     # views BLAS reads
+
+
+# ---- batched products reading strided views in place (codegen/strides.py) ----------------------
+
+def _heads(x, w, n_heads=2):
+    """Multi-head attention scores and weighted values: heads cut with np.split and stacked,
+    keys read transposed by einsum, values by a swapaxes."""
+    qkv = x @ w
+    q, k, v = (np.stack(np.split(a, n_heads, axis=-1), axis=1) for a in np.split(qkv, 3, axis=-1))
+    s = np.einsum("bhtd,bhsd->bhts", q, k)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    o = np.einsum("bhts,bhsd->bhtd", p / p.sum(axis=-1, keepdims=True), v)
+    return np.sum(o ** 2) + np.sum(np.swapaxes(v, 2, 3) @ o)
+
+
+def _batch_transposed(h, d):
+    """A batch of matrices transposed (np.swapaxes) as a product's operand."""
+    return np.sum(np.tanh(np.swapaxes(h, 1, 2) @ d) ** 2)
+
+
+def _batch_reversed(h, d):
+    """Operands read backwards along the batch axis (a negative stride BLAS never sees) and
+    along a matrix axis (a negative stride BLAS cannot read: the view is copied)."""
+    return np.sum((h[::-1] @ d) ** 2) + np.sum((h[:, ::-1, :] @ d) ** 3)
+
+
+def _five_d(a, b):
+    """Batch axes that no two groups of strides describe: the product keeps its copies."""
+    t = np.transpose(a, (2, 1, 0, 3, 4))
+    return np.sum(np.tanh(t @ b) ** 2)
+
+
+STRIDED = [
+    (_heads, lambda r: (r.standard_normal((3, 5, 8)), r.standard_normal((8, 24)) * 0.3)),
+    (_batch_transposed, lambda r: (r.standard_normal((4, 6, 3)), r.standard_normal((4, 6, 5)))),
+    (_batch_reversed, lambda r: (r.standard_normal((4, 6, 3)), r.standard_normal((4, 3, 5)))),
+    (_five_d, lambda r: (r.standard_normal((2, 3, 4, 5, 6)), r.standard_normal((4, 3, 2, 6, 2)))),
+]
+
+
+def _strided_products(em):
+    return [n for n in em.graph.nodes if n.id in em.part.strided]
+
+
+@pytest.mark.parametrize("fn, make", STRIDED, ids=[f.__name__ for f, _ in STRIDED])
+def test_batched_products_read_strided_views_in_place(fn, make):
+    """A batched product whose operands are views of stored arrays (slices, stacks of slices,
+    transposes, reversals) reads them where they are; compiled, in a Python entry and as
+    Python, it computes eager value_and_grad's values."""
+    args = make(np.random.default_rng(7))
+    graph = jg.make_graph(fn, argnums=(0, 1), grad=True)(*args)
+    _, source, em = codegen.generate(graph)
+    batched = [n for n in em.graph.nodes if n.op == "matmul" and n.ndim > 2]
+    strided = _strided_products(em)
+    if fn is _five_d:
+        assert len(strided) < len(batched) and "matmul_batched" in source      # the forward product
+    else:
+        assert strided and "_rt.strided(" in source
+    if fn is _heads:
+        # the products read the heads in place; a loop stores only the keys transposed as a
+        # right factor (OpenBLAS multiplies small matrices slower reading those transposed)
+        assert len(strided) >= 4
+        stored = [n for n in em.graph.nodes if n.op in ("concatenate", "transpose") and n.ndim > 2
+                  and n.id in em.part.materialized]
+        assert stored and all(any(u.op == "matmul" and u.inputs[1] is n for u in em.users[n.id]) for n in stored)
+    views = [v for n in strided for v in em.part.strided[n.id][0]]
+    assert all(strides.value(s) > 0 for v in views for s in v.strides[-2:])
+    if fn is _batch_reversed:
+        # the batch read backwards in place; the rows read backwards copied for BLAS
+        assert any(strides.value(s) < 0 for v in views for s in v.strides[:-2])
+    want_v, want_g = jg.value_and_grad(fn, argnums=(0, 1))(*args)
+    for program in (codegen.compile_graph(graph), codegen.compile_graph(graph, backend="python")):
+        got = program.run(*args)
+        np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+        for g, g0 in zip(got[1:], want_g):
+            np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
+
+
+def test_a_python_entry_reads_strided_views_with_numpy(monkeypatch):
+    """A Python entry (a long program's) makes the same views with NumPy's as_strided."""
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)
+    args = STRIDED[0][1](np.random.default_rng(8))
+    graph = jg.make_graph(_heads, argnums=(0, 1), grad=True)(*args)
+    _, source, em = codegen.generate(graph)
+    assert em.driver and "_rt.strided_py(" in source
+    got = codegen.compile_graph(graph).run(*args)
+    want_v, want_g = jg.value_and_grad(_heads, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+    for g, g0 in zip(got[1:], want_g):
+        np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
+
+
+def test_strided_products_multiply_any_layout():
+    """runtime.matmul_strided: items BLAS reads (row- or column-major at any leading
+    dimension, batch strides of any sign or zero) and items it cannot (loops)."""
+    rng = np.random.default_rng(9)
+    big = rng.standard_normal((3, 7, 40, 30))
+    cases = [
+        (big[:, 1:5, :6, 2:7], big[:, 1:5, 10:15, 20:29]),                     # row-major, ld > cols
+        (np.swapaxes(big[:, :4, :5, :6], 2, 3), big[:, 2:6, 10:15, :8]),       # column-major
+        (big[::-1, 4:, :6, :5], np.broadcast_to(big[0, 0, :5, :4], (3, 3, 5, 4))),   # negative and zero
+        (big[:, :2, :6:2, :5:2], big[:, :2, :3, :3]),                          # no unit stride: loops
+    ]
+    for a, b in cases:
+        want = np.matmul(a, b)
+        for fn in (runtime.matmul_strided, runtime.matmul_strided_par):
+            out = np.full(want.shape, np.nan)
+            fn(a, b, out)
+            np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    view = runtime.strided_py(big, 7 * 40 * 30 + 3, (2, 4, 5), (40 * 30, 1, 30))
+    np.testing.assert_array_equal(view, np.swapaxes(big[1, :2, :5, 3:7], 1, 2))
