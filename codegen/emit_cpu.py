@@ -49,6 +49,7 @@ from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
 from .products import rewrite_products
+from .scatters import window_scatters
 from .source import Names, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
@@ -483,7 +484,7 @@ class Emitter(EmitterBase):
         arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
-        graph = rewrite_products(graph)
+        graph = window_scatters(rewrite_products(graph))
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
                       prefix=prefix, shared=self.shared, out_buffers=out_buffers)
         sub.emit()

@@ -45,6 +45,13 @@ from .source import literal
 
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
 INDEX_VIEW_OPS = ("slice", "pad_slice", "concatenate", "transpose", "gather")
+# OpenBLAS multiplies a small product (under NT_SMALL_FLOPS) 1.4-1.6x slower when its right
+# factor is a transposed matrix (32x256 @ 256x64: 37.5 against 22.8 us; 64^3: 17.2 against
+# 11.7 us; large ones 1.07-1.13x), while a transposed copy costs about 2 ns per element: a
+# matrix transpose that small products of NT_COPY_ROWS rows in all read as their right
+# factor is copied once (an unrolled recurrence's W.T, read by every step's dh = dz @ W.T)
+NT_SMALL_FLOPS = 1 << 23
+NT_COPY_ROWS = 128
 # batched products read operands that are views of stored arrays in place (_strided_product)
 STRIDED_PRODUCTS = True
 TRANSPOSE_REUSE = 512   # cache lines (32 KB: L1) a transposed read may touch before reusing one
@@ -128,11 +135,21 @@ def _blas_view(v):
     return v._replace(strides=list(v.strides[:-2]) + strides.matrix_strides(v))
 
 
-def read_by_blas(node, users):
-    """Is every reader of `node` (its `users`) a 2-D product taking it as a factor? BLAS reads
-    such an operand transposed in place."""
+def products_only(node, users):
+    """Is every reader of `node` (its `users`) a 2-D product taking it as a factor?"""
     return bool(users) and all(u.ndim == 2 and (u.op == "matmul" or u.op == "matmul_add" and u.inputs[0] is not node)
                                for u in users)
+
+
+def read_by_blas(node, users):
+    """Is every reader of `node` (its `users`) a 2-D product taking it as a factor, and does
+    reading it transposed in place cost the small ones less than a copy would? (see
+    NT_COPY_ROWS)"""
+    if not products_only(node, users):
+        return False
+    k, n = node.shape
+    rows = sum(u.shape[0] for u in users if u.inputs[-1] is node and 2 * u.shape[0] * k * n < NT_SMALL_FLOPS)
+    return rows < NT_COPY_ROWS
 
 
 class Partition:
@@ -337,9 +354,10 @@ class Partition:
         if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.dtype.kind in "biuf"):
             return False
         if node.op == "transpose":
-            # a matrix transpose only matmuls read is BLAS's strided view already
+            # a matrix transpose only matmuls read is BLAS's strided view already (or a copy
+            # by the precompiled helper, read_by_blas)
             perm, users = node.p["perm"], self.users[node.id]
-            if perm == (1, 0) and read_by_blas(node, users):
+            if perm == (1, 0) and products_only(node, users):
                 return False
             # read in place, a cache line of the operand's last axis is reused when the loop
             # over the result's axis d it moved to advances: after the points of the axes
@@ -354,7 +372,7 @@ class Partition:
             if idx.op != "const" or idx.size == 0 or not ((idx.value >= -n) & (idx.value < n)).all():
                 return False
             table = np.where(idx.value < 0, idx.value + n, idx.value).astype(np.int64)
-            affine = _affine_map(table)
+            affine = affine_map(table)
             if affine is None and (idx.value < 0).any():
                 return False
             self.gather_maps[node.id] = affine
@@ -620,7 +638,7 @@ def _affine(start, step, i):
     return f"{start} + {term}" if start else term
 
 
-def _affine_map(table):
+def affine_map(table):
     """(c, coefs) with table[j] == c + sum(coefs[k] * j[k]) for every position j, or None."""
     c = int(table.flat[0])
     coefs = []

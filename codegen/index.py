@@ -75,7 +75,7 @@ _SIMPLE = (bool, int, float, str, type(None))
 
 
 # the modules whose settings shape the generated CPU program
-GENERATORS = ("", ".emit_cpu", ".fusion", ".memory", ".lower", ".ops_cpu", ".ops_order",
+GENERATORS = ("", ".emit_cpu", ".fusion", ".memory", ".lower", ".ops_cpu", ".ops_order", ".scatters",
               ".ops_linalg", ".launch", ".source", ".mathlib")
 
 

@@ -49,7 +49,7 @@ def _addend(p, node, users, outputs):
     return len(users[p.id]) == 1 and p.id not in outputs and p.shape == node.shape and p.dtype == node.dtype
 
 
-def _rebuild(graph, make):
+def rebuild(graph, make):
     """`graph` with each node for which `make(node, new)` returns a node replaced by it (`new`
     maps the ids of nodes made so far to theirs; it returns None to keep a node). Every node
     is made again, in order, so that ids keep the graph's order (Graph sorts nodes by id)."""
@@ -86,7 +86,7 @@ def transposed_products(graph):
             return None
         a, b = n.inputs[0].inputs
         return Node("matmul", [_transposed(b, new), _transposed(a, new)], (), n.shape, n.dtype)
-    return _rebuild(graph, make)
+    return rebuild(graph, make)
 
 
 def accumulate_products(graph):
@@ -112,7 +112,7 @@ def accumulate_products(graph):
         p, q = found[n.id]
         return Node("matmul_add", [new.get(x.id, x) for x in (p,) + q.inputs], (), n.shape, n.dtype)
     # the products added are no longer read: Graph drops them
-    return _rebuild(graph, make)
+    return rebuild(graph, make)
 
 
 def rewrite_products(graph):

@@ -127,10 +127,13 @@ def _args_torch(rng):
             rng.standard_normal((128, 32)))
 
 
-def test_a_transposed_product_is_computed_transposed():
+def test_a_transposed_product_is_computed_transposed(monkeypatch):
     """The gradients of weights used as `x @ W.T` are `(x.T @ dy).T`: computed as `dy.T @ x`
     (factors read transposed in place), no transposed copy of a product is left, and one of
-    them then adds its L2 term by `matmul_add`."""
+    them then adds its L2 term by `matmul_add`. (The forward's W.T, a right factor, stays a
+    view here: see the next test for when it is copied.)"""
+    from jitgraph.codegen import fusion
+    monkeypatch.setattr(fusion, "NT_COPY_ROWS", 10 ** 9)
     args = _args_torch(np.random.default_rng(6))
     graph = jg.make_graph(_torch_style, argnums=(0, 1, 2), grad=True)(*args)
     new = rewrite_products(graph)
@@ -255,3 +258,29 @@ def test_strided_products_multiply_any_layout():
             np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
     view = runtime.strided_py(big, 7 * 40 * 30 + 3, (2, 4, 5), (40 * 30, 1, 30))
     np.testing.assert_array_equal(view, np.swapaxes(big[1, :2, :5, 3:7], 1, 2))
+
+
+def test_a_transposed_right_factor_of_many_small_products_is_copied_once():
+    """An unrolled recurrence's `dh = dz @ W.T` at every step reads W transposed as the right
+    factor of small products, which OpenBLAS multiplies faster from a copy: W.T is stored once
+    (fusion.NT_COPY_ROWS); a transposed left factor, or a right factor of few rows, stays a
+    view BLAS reads in place."""
+    from jitgraph.codegen import fusion
+    rng = np.random.default_rng(10)
+    w, h0, xs = rng.standard_normal((20, 20)) * 0.3, rng.standard_normal((32, 20)), rng.standard_normal((6, 32, 20))
+    graph = jg.make_graph(_shared_weight, argnums=(0, 1), grad=True)(w, h0, xs)
+    _, source, em = codegen.generate(graph)
+    right = [n for n in em.graph.nodes if n.op == "transpose" and n.inputs[0].op == "input"
+             and any(u.inputs[-1] is n for u in em.users[n.id])]
+    assert right and all(em.plan.root_of(n) is n for n in right)           # stored: a copy
+    assert any(em.plan.root_of(n) is not n for n in em.graph.nodes if n.op == "transpose")   # views remain
+    small = jg.make_graph(_shared_weight, argnums=(0, 1), grad=True)(w, h0[:4], xs[:2, :4])
+    rows = sum(u.shape[0] for n in small.nodes if n.op == "transpose" for u in small.users()[n.id])
+    assert rows < fusion.NT_COPY_ROWS
+    _, _, em_small = codegen.generate(small)
+    assert all(em_small.plan.root_of(n) is not n for n in em_small.graph.nodes if n.op == "transpose")
+    got = codegen.compile_graph(graph).run(w, h0, xs)
+    want_v, want_g = jg.value_and_grad(_shared_weight, argnums=(0, 1))(w, h0, xs)
+    np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+    for g, g0 in zip(got[1:], want_g):
+        np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)

@@ -1,0 +1,70 @@
+"""Scatters at evenly spaced indices as sums of placed slices (codegen/scatters.py): the
+adjoints of window views and of gathers by affine index tables become loops that read their
+operand by index, and compute what the scatters computed."""
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+import jitgraph as jg
+from jitgraph import codegen
+from jitgraph.codegen.scatters import MAX_TERMS, window_scatters
+
+
+def _conv(x, w):
+    """A valid 2-D cross-correlation by windows and einsum (a conv net's im2col)."""
+    win = sliding_window_view(x, w.shape[-2:], axis=(2, 3))
+    return np.sum(np.tanh(np.einsum("nchwij,ocij->nohw", win, w)) ** 2)
+
+
+def _strided_windows(x):
+    """Windows of 3 every 2 points: the table 2 * j + i."""
+    return np.sum(np.sin(sliding_window_view(x, 3, axis=1)[:, ::2]) ** 2)
+
+
+def _every_third(x):
+    """A gather by the affine table 2 + 3 * j: its adjoint is one placed slice."""
+    return np.sum(np.exp(np.take(x, np.arange(2, 20, 3), axis=1)))
+
+
+def _repeats(x):
+    """A table with a repeated index: its adjoint stays a scatter."""
+    return np.sum(np.take(x, np.array([1, 1, 4, 0]), axis=1) ** 3)
+
+
+def _long_windows(x):
+    """Windows longer than MAX_TERMS on both table axes: the scatter stays."""
+    return np.sum(np.cos(sliding_window_view(x, MAX_TERMS + 1, axis=1)) ** 2)
+
+
+CASES = [
+    (_conv, lambda r: (r.standard_normal((2, 3, 9, 8)), r.standard_normal((4, 3, 3, 2)) * 0.3), (0, 1), 0),
+    (_strided_windows, lambda r: (r.standard_normal((3, 21)),), 0, 0),
+    (_every_third, lambda r: (r.standard_normal((4, 21)),), 0, 0),
+    (_repeats, lambda r: (r.standard_normal((4, 6)),), 0, 1),
+    (_long_windows, lambda r: (r.standard_normal((2, 2 * MAX_TERMS + 4)),), 0, 1),
+]
+
+
+@pytest.mark.parametrize("fn, make, argnums, scatters", CASES, ids=[c[0].__name__ for c in CASES])
+def test_affine_scatters_become_placed_slices(fn, make, argnums, scatters):
+    args = make(np.random.default_rng(3))
+    graph = jg.make_graph(fn, argnums=argnums, grad=True)(*args)
+    before = sum(n.op == "scatter_add" for n in graph.nodes)
+    assert before >= 1
+    new = window_scatters(graph)
+    new.verify()
+    assert sum(n.op == "scatter_add" for n in new.nodes) == scatters
+    part, source, em = codegen.generate(graph)
+    if not scatters:
+        # the placed slices are read by index by the loops that sum them: none is stored but
+        # a gradient itself
+        pads = [n for n in em.graph.nodes if n.op == "pad_slice"]
+        assert pads and not {n.id for n in pads if n not in em.graph.outputs} & part.materialized
+        assert "_rt.scatter_add(" not in source
+    want_v, want_g = jg.value_and_grad(fn, argnums=argnums)(*args)
+    want_g = want_g if isinstance(argnums, tuple) else (want_g,)
+    for program in (codegen.compile_graph(graph), codegen.compile_graph(graph, backend="python")):
+        got = program.run(*args)
+        np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+        for g, g0 in zip(got[1:], want_g):
+            np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
