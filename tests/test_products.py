@@ -284,3 +284,24 @@ def test_a_transposed_right_factor_of_many_small_products_is_copied_once():
     np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
     for g, g0 in zip(got[1:], want_g):
         np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
+
+
+def test_a_stored_transpose_is_copied_from_a_strided_view(monkeypatch):
+    """A transpose stored by a step of its own (its moved axis too long to read in place)
+    copies from a strided view in a compiled entry, never Numba's `transpose(axes)`, which
+    made a kernel's compile seconds longer; the values are eager's."""
+    def f(x, w):
+        return np.sum(np.tanh(np.transpose(x, (2, 0, 1)) * w) ** 2)
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((40, 30, 3)), rng.standard_normal((40, 30))
+    graph = jg.make_graph(f, argnums=(0, 1), grad=True)(x, w)
+    from jitgraph.codegen import fusion
+    monkeypatch.setattr(fusion, "TRANSPOSE_REUSE", 1)       # a stored transpose at these small sizes
+    _, source, em = codegen.generate(graph)
+    program = codegen.compile_graph(graph)
+    assert not em.driver and ".transpose(" not in source and "_rt.copy(_rt.strided(" in source
+    got = program.run(x, w)
+    want_v, want_g = jg.value_and_grad(f, argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+    for g, g0 in zip(got[1:], want_g):
+        np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
