@@ -45,12 +45,13 @@ from .source import literal
 
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
 INDEX_VIEW_OPS = ("slice", "pad_slice", "concatenate", "transpose", "gather")
-# OpenBLAS multiplies a small product (under NT_SMALL_FLOPS) 1.4-1.6x slower when its right
-# factor is a transposed matrix (32x256 @ 256x64: 37.5 against 22.8 us; 64^3: 17.2 against
-# 11.7 us; large ones 1.07-1.13x), while a transposed copy costs about 2 ns per element: a
-# matrix transpose that small products of NT_COPY_ROWS rows in all read as their right
-# factor is copied once (an unrolled recurrence's W.T, read by every step's dh = dz @ W.T)
-NT_SMALL_FLOPS = 1 << 23
+# OpenBLAS multiplies a small product (a result under NT_SMALL_OUTPUT elements) 1.25-1.6x
+# slower when its right factor is a transposed matrix (32x256 @ 256x64: 37.5 against 22.8 us;
+# 64x16 @ 16x256: 18.7 against 14.4 us; 256 x k @ k x 512 products and larger ones 0.99-1.13x),
+# while a transposed copy costs about 2 ns per element: a matrix transpose that small
+# products of NT_COPY_ROWS rows in all read as their right factor is copied once (an unrolled
+# recurrence's W.T, read by every step's dh = dz @ W.T)
+NT_SMALL_OUTPUT = 1 << 16
 NT_COPY_ROWS = 128
 # batched products read operands that are views of stored arrays in place (_strided_product)
 STRIDED_PRODUCTS = True
@@ -147,8 +148,7 @@ def read_by_blas(node, users):
     NT_COPY_ROWS)"""
     if not products_only(node, users):
         return False
-    k, n = node.shape
-    rows = sum(u.shape[0] for u in users if u.inputs[-1] is node and 2 * u.shape[0] * k * n < NT_SMALL_FLOPS)
+    rows = sum(u.shape[0] for u in users if u.inputs[-1] is node and u.size < NT_SMALL_OUTPUT)
     return rows < NT_COPY_ROWS
 
 
