@@ -40,7 +40,6 @@ steps run in list order.
 import numpy as np
 
 from . import strides
-
 from .source import literal
 
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
