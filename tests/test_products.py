@@ -305,3 +305,29 @@ def test_a_stored_transpose_is_copied_from_a_strided_view(monkeypatch):
     np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
     for g, g0 in zip(got[1:], want_g):
         np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
+
+
+def test_a_batched_product_reads_a_transposed_right_factor_of_large_items_in_place(monkeypatch):
+    """Items whose result reaches NT_SMALL_OUTPUT elements read a transposed right factor in
+    place (OpenBLAS pays nothing for it there); smaller ones copy it."""
+    from jitgraph.codegen import fusion
+
+    def f(a, b):
+        return np.sum(np.tanh(a @ np.swapaxes(b, 1, 2)) ** 2)
+    rng = np.random.default_rng(12)
+    args = rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 5, 4))
+    graph = jg.make_graph(f, argnums=(0, 1), grad=True)(*args)
+
+    def forward(em):
+        return next(n for n in em.graph.nodes if n.op == "matmul" and n.inputs[1].op == "transpose")
+    _, _, em = codegen.generate(graph)
+    assert forward(em).inputs[1].id in em.part.materialized          # 6 x 5 items: copied
+    monkeypatch.setattr(fusion, "NT_SMALL_OUTPUT", 30)
+    _, _, em = codegen.generate(graph)
+    n = forward(em)
+    assert n.id in em.part.strided and n.inputs[1].id not in em.part.materialized
+    got = codegen.compile_graph(graph).run(*args)
+    want_v, want_g = jg.value_and_grad(f, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
+    for g, g0 in zip(got[1:], want_g):
+        np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
