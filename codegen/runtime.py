@@ -312,14 +312,19 @@ def _strided_item(t, nt, a, b, out):
 
 
 @njit(**_OPTS)
+def _strided_items(a, b, out):
+    nt = a.shape[0] * a.shape[1]
+    for t in range(nt):
+        _strided_item(t, nt, a, b, out)
+
+
+@njit(**_OPTS)
 def matmul_strided(a, b, out):
     """out[i, j] = a[i, j] @ b[i, j] for 4-D a and b of any strides whose matrices BLAS reads
     in place (the generator's strided views; any other layout is multiplied by loops) and a
     C-ordered out, on one BLAS thread."""
     prev = blas_threads_local(1)
-    nt = a.shape[0] * a.shape[1]
-    for t in range(nt):
-        _strided_item(t, nt, a, b, out)
+    _strided_items(a, b, out)
     blas_threads_local(prev)
     return out
 
@@ -331,8 +336,7 @@ def matmul_strided_par(a, b, out):
     prev = blas_threads_local(1)
     nt = a.shape[0] * a.shape[1]
     if nt < 2 or 2 * nt * a.shape[2] * a.shape[3] * b.shape[3] < GEMM_BLOCK_FLOPS:
-        for t in range(nt):
-            _strided_item(t, nt, a, b, out)
+        _strided_items(a, b, out)
     else:
         parallel_chunks(_strided_item, nt, a, b, out)
     blas_threads_local(prev)
