@@ -17,6 +17,9 @@ cold measurement. Columns, in seconds:
     wait     the first call with wait=True (blocks until the serial build is compiled)
     warm     the first call in a new process whose disk cache holds the kernel (tiered
              default: it runs the kernel loaded from the cache; "*" marks one that did not)
+    edit     (with --edit) the first call with wait=True of an edited program, `1.5 * loss + 0.1`,
+             in a process that compiled the program itself first: a new graph and kernel,
+             whose unchanged loop functions are shared with the first (codegen/build.py)
     jax      jax.jit(jax.value_and_grad(f)): the first call (trace + XLA compile)
 
 and the ratios first/eager and compiled/jax, with geometric means. Timing never fails
@@ -104,6 +107,15 @@ def _child(mode, name, size):
         out["wait"] = time.perf_counter() - t0
         f.wait()
         out["wait_final"] = time.perf_counter() - t0
+    elif mode == "edit":
+        jg.jit_grad(loss, argnums=argnums, static_argnums=st, wait=True)(*args)
+
+        def edited(*a):
+            return 1.5 * loss(*a) + 0.1
+        f = jg.jit_grad(edited, argnums=argnums, static_argnums=st, wait=True)
+        t0 = time.perf_counter()
+        f(*args)
+        out["edit"] = time.perf_counter() - t0
     elif mode == "warm":
         f = jg.jit_grad(loss, argnums=argnums, static_argnums=st, wait=False)
         t0 = time.perf_counter()
@@ -125,12 +137,12 @@ def _run_child(mode, name, size, env):
     return {"error": f"{mode}: {tail[:200]}"}
 
 
-def measure(name, size, cache, jax):
+def measure(name, size, cache, jax, edit=False):
     env = dict(os.environ, JITGRAPH_CACHE_DIR=cache)
     env.pop("JITGRAPH_WAIT", None)
     row = {"name": name}
     kernels = os.path.join(cache, "kernels")
-    for mode in ("tiered", "wait", "warm"):
+    for mode in ("tiered", "wait", "warm") + (("edit",) if edit else ()):
         if mode != "warm":
             shutil.rmtree(kernels, ignore_errors=True)
         row.update(_run_child(mode, name, size, env))
@@ -139,17 +151,18 @@ def measure(name, size, cache, jax):
     return row
 
 
-COLUMNS = ["eager", "first", "compiled", "final", "wait", "warm", "jax"]
+COLUMNS = ["eager", "first", "compiled", "final", "wait", "warm", "edit", "jax"]
 
 
 def format_table(rows):
+    columns = [c for c in COLUMNS if c != "edit" or any("edit" in r for r in rows)]
     w = max(len(r["name"]) for r in rows)
-    lines = [f"{'program':<{w}} " + " ".join(f"{c:>8}" for c in COLUMNS) + f" {'1st/eager':>9} {'comp/jax':>8}"]
+    lines = [f"{'program':<{w}} " + " ".join(f"{c:>8}" for c in columns) + f" {'1st/eager':>9} {'comp/jax':>8}"]
     ratios = {"first/eager": [], "compiled/jax": [], "compiled": [], "jax": []}
     for r in rows:
-        cells = [f"{r[c]:8.2f}" if c in r else f"{'-':>8}" for c in COLUMNS]
+        cells = [f"{r[c]:8.2f}" if c in r else f"{'-':>8}" for c in columns]
         if r.get("warm_compiled") is False:
-            k = COLUMNS.index("warm")
+            k = columns.index("warm")
             cells[k] = cells[k][1:] + "*"
         fe = r["first"] / r["eager"] if "first" in r and "eager" in r else None
         cj = r["compiled"] / r["jax"] if "compiled" in r and "jax" in r else None
@@ -170,7 +183,7 @@ def format_table(rows):
             lines.append(f"{r['name']}: {r['error']}")
     lines.append("# seconds; each from a fresh process; first = tiered first call, compiled = until a call "
                  "runs compiled code, final = until the multi-threaded build serves, warm = disk cache "
-                 "(* = its first call ran on the interpreter)")
+                 "(* = its first call ran on the interpreter), edit = an edited program compiled after it")
     return "\n".join(lines)
 
 
@@ -179,6 +192,7 @@ def main(argv=None):
     p.add_argument("--only", action="append", metavar="NAME")
     p.add_argument("--size", choices=("small", "bench"), default="bench")
     p.add_argument("--no-jax", action="store_true")
+    p.add_argument("--edit", action="store_true", help="also time an edited program's compile (the edit column)")
     p.add_argument("--child", nargs=2, metavar=("MODE", "NAME"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -199,7 +213,7 @@ def main(argv=None):
         rows = []
         for name in names:
             print(f"# {name} ...", file=sys.stderr, flush=True)
-            rows.append(measure(name, a.size, cache, jax))
+            rows.append(measure(name, a.size, cache, jax, edit=a.edit))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -7,9 +7,20 @@ once (atomically) and never rewritten: the same source always has the same
 name, and a new process finds both the module and Numba's compiled code
 (`<cache dir>/kernels/__pycache__`, checked files: `numba_cache.py`).
 
+Compiled functions are shared between kernels. Each compiled function of a kernel module
+but its entry (a chunk body, an outlined loop, a Python entry's group function) is also
+written as a module of its own, `jg_l_<hash>.py`, holding only that function (renamed
+`loop`), the imports it reads and the shared modules of the functions it calls, and the
+kernel module calls that module's function in its place (`shared_loops`). The same text in
+another program, or in another version of this one (a loss with one more term, a model
+with one more layer), is then the same module, compiled once: loaded from the disk cache,
+or already compiled in this process. The kernel module keeps every function's text, so it
+still reads whole.
+
 When the cache cannot be written (a full disk, a file size limit), the module
 is compiled from memory, uncached, with one `CacheWriteWarning`.
 """
+import ast
 import atexit
 import hashlib
 import importlib.util
@@ -17,6 +28,7 @@ import linecache
 import marshal
 import os
 import platform
+import re
 import shutil
 import stat
 import sys
@@ -110,9 +122,9 @@ def load_kernel(source, entry="kernel"):
     return _load(source, "jg_" + source_hash(source), entry)
 
 
-def load_cached_kernel(modname, entry="kernel"):
+def load_cached_kernel(modname, entry="kernel", prefix="jg_"):
     """(function, module name, path) of kernel module `modname` when its file is in the cache
-    directory and intact (its content hashes to its name), else None."""
+    directory and intact (its content hashes to its name, after `prefix`), else None."""
     with _LOAD_LOCK:
         imported = modname in sys.modules
     source = None
@@ -123,7 +135,7 @@ def load_cached_kernel(modname, entry="kernel"):
                 source = f.read()
         except (OSError, UnicodeDecodeError):
             return None
-        if "jg_" + source_hash(source) != modname:
+        if prefix + source_hash(source) != modname:
             return None
     return _load(source, modname, entry, on_disk=True)
 
@@ -161,9 +173,97 @@ def enable_cache(functions, path):
     numba_cache.enable(functions, path, check=private_dir)
 
 
+# the decorators of the compiled functions that kernels share (see the module docstring)
+SHARED_DECORATORS = ("_rt.chunk_njit(", "_rt.loop_njit(", "njit(")
+SHARED_NAME = "loop"        # a shared function's name in its own module
+SHARED_PREFIX = "jg_l_"
+
+
+def shared_loops(source, entry="kernel"):
+    """[(name, module name, module source)], callees first: the compiled functions of kernel
+    `source` (all but its entry) that kernels share, each with the text of its own module:
+    the kernel's imports that the function reads (and the runtime's, for its decorator), its
+    `_OPTS`, the shared modules of the functions it calls (imported as `loop_<k>`), and the
+    function, named SHARED_NAME. A function reading another of the module's names (a table, a
+    plain Python function) is not shared, nor is one calling a function that is not."""
+    # the entry comes last (emit_cpu.Emitter.render) and is the longest part by far (an unrolled
+    # LSTM's, 6,000 lines): only what precedes it is read
+    cut = source.rfind(f"\ndef {entry}(")
+    if cut < 0:
+        return []
+    source = source[:cut + 1]
+    if source.rstrip("\n").rsplit("\n", 1)[-1].startswith("@"):     # the entry's decorator
+        source = source.rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+
+    def text(node):
+        return "\n".join(lines[node.lineno - 1:node.end_lineno])
+    imports, opts, defined, funcs = [], None, set(), {}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = {(a.asname or a.name).split(".")[0] for a in node.names}
+            imports.append((names, text(node)))
+        elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_OPTS"]:
+            opts = text(node)
+        elif isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+            funcs[node.name] = node
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if opts is None:
+        return []
+    imported = set().union(*(names for names, _ in imports)) if imports else set()
+    reads = {}
+    for name, node in funcs.items():
+        read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        local = {a.arg for a in node.args.args} | {n.id for n in ast.walk(node)
+                                                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        reads[name] = read - local
+    out, done = [], {}        # done: function name -> its module's name, or None (not shared)
+
+    def share(name):
+        if name in done:
+            return done[name]
+        done[name] = None
+        node = funcs[name]
+        deco = lines[node.decorator_list[0].lineno - 1].lstrip("@") if len(node.decorator_list) == 1 else ""
+        if not deco.startswith(SHARED_DECORATORS) or node.args.vararg or node.args.kwarg:
+            return None
+        calls = sorted(reads[name] & set(funcs))
+        if reads[name] & (defined - {"_OPTS"}) - set(funcs) or any(share(c) is None for c in calls):
+            return None
+        text = lines[node.decorator_list[0].lineno - 1:node.end_lineno]
+        k, head = node.lineno - node.decorator_list[0].lineno, f"def {name}("
+        if not text[k].startswith(head):
+            return None
+        text[k] = f"def {SHARED_NAME}(" + text[k][len(head):]
+        renamed = {c: f"{SHARED_NAME}_{k}" for k, c in enumerate(calls)}
+        if renamed:
+            pattern = re.compile(r"\b(" + "|".join(map(re.escape, renamed)) + r")\b")
+            text = [pattern.sub(lambda m: renamed[m.group(1)], ln) for ln in text]
+        used = reads[name] & imported | {"_rt"}
+        mod = ["# A function generated by jitgraph, shared by every kernel holding this text",
+               "# (codegen/build.py). Do not edit: this file is named after the hash of its content."]
+        mod += [seg for names, seg in imports if names & used]
+        mod += [f"from {done[c]} import {SHARED_NAME} as {renamed[c]}" for c in calls]
+        mod += ["", opts, "", ""] + text
+        mod_source = "\n".join(mod) + "\n"
+        done[name] = SHARED_PREFIX + source_hash(mod_source)
+        out.append((name, done[name], mod_source))
+        return done[name]
+    for name in funcs:
+        share(name)
+    return out
+
+
 def _import(source, modname, on_disk=False):
     """Import kernel module `modname` from its file in the cache dir, writing `source` there
-    first unless the file holds it (on_disk=True: it was just read and checked)."""
+    first unless the file holds it (on_disk=True: it was just read and checked). Its shared
+    loop functions come from their own modules (`shared_loops`)."""
     kdir = private_dir(os.path.join(private_dir(cache_dir()), "kernels"))
     path = os.path.join(kdir, modname + ".py")
     if not on_disk:
@@ -192,12 +292,51 @@ def _import(source, modname, on_disk=False):
     sys.modules[modname] = mod     # before exec: Numba's cache locates functions by module
     try:
         exec(code, mod.__dict__)
+        if not modname.startswith(SHARED_PREFIX):
+            for name, loop_mod in _shared_modules(kdir, modname, source):
+                setattr(mod, name, getattr(loop_mod, SHARED_NAME))
     except BaseException:
         del sys.modules[modname]
         raise
     if cache_enabled():
-        enable_cache(vars(mod).values(), os.path.join(kdir, "__pycache__"))
+        own = [v for v in vars(mod).values() if getattr(getattr(v, "py_func", None), "__module__", None) == modname]
+        enable_cache(own, os.path.join(kdir, "__pycache__"))
     return mod
+
+
+SHARED_MAGIC = b"JGSL1\n"   # then the SHA-256 of the marshalled [(name, module name)], then it
+
+
+def _shared_modules(kdir, modname, source):
+    """[(name, imported module)] of kernel `modname`'s shared functions (`shared_loops`). Which
+    they are is kept in the cache as a checked file, so that a new process loading the kernel
+    reads their modules without parsing the kernel's source again (an unrolled LSTM's: 0.17 s)."""
+    lpath = os.path.join(kdir, "__pycache__", f"{modname}.shared")
+    payload = numba_cache.read_checked(lpath, SHARED_MAGIC, "list of shared loop modules", "finding them again")
+    if payload is not None:
+        try:
+            listed = marshal.loads(payload)
+            out = []
+            for name, loop_name in listed:
+                loop_mod = sys.modules.get(loop_name)
+                if loop_mod is None:
+                    loaded = load_cached_kernel(loop_name, SHARED_NAME, prefix=SHARED_PREFIX)
+                    if loaded is None:
+                        raise LookupError(loop_name)
+                    loop_mod = sys.modules[loop_name]
+                out.append((name, loop_mod))
+            return out
+        except (EOFError, ValueError, TypeError, LookupError):
+            pass
+    out = []
+    for name, loop_name, loop_source in shared_loops(source):
+        out.append((name, sys.modules.get(loop_name) or _import(loop_source, loop_name)))
+    try:
+        _write(private_dir(os.path.join(kdir, "__pycache__")), lpath, numba_cache.checked(
+            SHARED_MAGIC, marshal.dumps([(name, m.__name__) for name, m in out])))
+    except OSError as e:
+        numba_cache.warn_write_failed(lpath, e)
+    return out
 
 
 CODE_MAGIC = b"JGPC1\n"     # then the SHA-256 of the marshalled code object, then the code

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import codegen
 from .codegen import compile_server, numba_cache
+from .codegen.build import SHARED_PREFIX
 from .api import trace_graph
 from .entry import Entry
 from .remat import apply_policy
@@ -380,9 +381,12 @@ def _module(program):
 
 
 def _module_dispatchers(mod):
-    """The Numba dispatchers a generated module defines (not the helpers it imports)."""
-    return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats")
-            and getattr(getattr(v, "py_func", None), "__module__", None) == mod.__name__]
+    """The Numba dispatchers of a generated module: those it defines and the shared ones it
+    holds in their place (codegen/build.py), not the helpers it imports."""
+    def generated(v):
+        owner = getattr(getattr(v, "py_func", None), "__module__", None) or ""
+        return owner == mod.__name__ or owner.startswith(SHARED_PREFIX)
+    return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats") and generated(v)]
 
 
 def _dispatch_state(program):

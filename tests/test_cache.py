@@ -286,7 +286,7 @@ def test_two_processes_compiling_at_once_agree(tmp_path):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0 and out.strip() == "ok", err
     files = os.listdir(tmp_path / "cache" / "kernels")
-    assert len([f for f in files if f.endswith(".py")]) == 1
+    assert len([f for f in files if f.endswith(".py") and not f.startswith(build.SHARED_PREFIX)]) == 1
     assert not [f for f in files if f.endswith(".tmp")]
 
 
@@ -308,3 +308,97 @@ def test_compiled_code_is_stale_when_a_helper_module_changes(tmp_path, monkeypat
     monkeypatch.setattr(numba_cache, "HELPERS_STAMP", numba_cache.HELPERS_STAMP + "-changed")
     numba_cache.enable([fn], str(tmp_path / "cache"))
     assert numba_cache.in_cache(fn, argtypes) is False
+
+
+# ---- functions shared between kernels (build.shared_loops) ---------------------------------------------
+SHARING = """
+import math
+import numpy as np
+from numba import njit
+from jitgraph.codegen import runtime as _rt
+
+_OPTS = dict(error_model='numpy', boundscheck=False, no_cfunc_wrapper=True)
+_TABLE = np.arange(3.0) + {c}
+
+
+# {chunk}
+@_rt.chunk_njit(**_OPTS)
+def {chunk}(ch, nch, n0, va, vb):
+    for i in range(ch * n0 // nch, (ch + 1) * n0 // nch):
+        vb[i] = math.exp(va[i])  # b = exp a
+
+
+@njit(**_OPTS)
+def {group}(n0, va, vb):
+    _rt.parallel_chunks({chunk}, 2, n0, va, vb)
+
+
+@njit(**_OPTS)
+def reads_table(vb):
+    vb[0] += _TABLE[0]
+
+
+@njit(**_OPTS)
+def kernel(dims, va, vb):
+    {group}(dims[0], va, vb)
+    reads_table(vb)
+    return (vb,)
+"""
+
+
+def _sharing(c, group, chunk):
+    return SHARING.format(c=c, group=group, chunk=chunk)
+
+
+def test_shared_loops_are_named_by_their_text_not_their_kernel():
+    a = build.shared_loops(_sharing(1.0, "group_1", "group_1_chunk"))
+    b = build.shared_loops(_sharing(2.0, "group_7", "group_9_chunk"))
+    assert [name for name, _, _ in a] == ["group_1_chunk", "group_1"]      # callees first
+    assert [name for name, _, _ in b] == ["group_9_chunk", "group_7"]
+    assert [(m, text) for _, m, text in a] == [(m, text) for _, m, text in b]
+    chunk, group = a[0][2], a[1][2]
+    assert "def loop(ch, nch, n0, va, vb):" in chunk and "import math" in chunk
+    assert "import numpy" not in chunk and "_TABLE" not in chunk       # only the imports it reads
+    assert f"from {a[0][1]} import loop as loop_0" in group
+    assert "_rt.parallel_chunks(loop_0, 2, n0, va, vb)" in group
+    # the entry, and a function reading a module-level table, stay in the kernel's module
+    assert {name for name, _, _ in a}.isdisjoint({"kernel", "reads_table"})
+
+
+def test_two_kernels_share_one_compiled_loop(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path / "c"))
+    tag = uuid.uuid4().int % 10 ** 6      # modules of their own, whatever ran before in this process
+    ka, mod_a, _ = build.load_kernel(_sharing(1.0, "group_1", f"group_{tag}_chunk"))
+    kb, mod_b, _ = build.load_kernel(_sharing(2.0, "group_4", f"group_{tag + 1}_chunk"))
+    assert mod_a != mod_b
+    x = np.linspace(-1, 1, 9)
+    (ya,) = ka(np.array([9]), x, np.empty(9))
+    (yb,) = kb(np.array([9]), x, np.empty(9))
+    np.testing.assert_allclose(ya[1:], np.exp(x[1:]), rtol=1e-15)
+    assert ya[0] == np.exp(x[0]) + 1.0 and yb[0] == np.exp(x[0]) + 2.0
+    ga, gb = sys.modules[mod_a].group_1, sys.modules[mod_b].group_4
+    assert ga is gb and len(ga.overloads) == 1          # compiled once, for both kernels
+    assert ga.py_func.__module__.startswith(build.SHARED_PREFIX)
+    assert sys.modules[mod_a].reads_table is not sys.modules[mod_b].reads_table
+
+
+def test_a_damaged_list_of_shared_modules_is_found_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path / "c"))
+    tag = uuid.uuid4().int % 10 ** 6
+    src = _sharing(3.0, "group_2", f"group_{tag}_chunk")
+    kernel, modname, path = build.load_kernel(src)
+    x = np.linspace(0, 1, 5)
+    expected = kernel(np.array([5]), x, np.empty(5))[0].copy()
+    listed = os.path.join(os.path.dirname(path), "__pycache__", modname + ".shared")
+    assert os.path.isfile(listed)
+    for name in [modname] + [m for _, m, _ in build.shared_loops(src)]:     # as in a new process
+        del sys.modules[name]
+    with open(listed, "r+b") as f:      # one byte changed: the checksum fails
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with pytest.warns(build.CorruptCacheWarning, match="shared loop modules"):
+        kernel2, _, _ = build.load_cached_kernel(modname)
+    np.testing.assert_array_equal(kernel2(np.array([5]), x, np.empty(5))[0], expected)
+    assert sys.modules[modname].group_2.py_func.__module__.startswith(build.SHARED_PREFIX)
