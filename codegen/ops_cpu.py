@@ -226,7 +226,7 @@ def _scan(em, node, v, x):
     for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
         shape, dt = avals[k]
         # a workspace slot (the memory plan's stacked outputs) or, unread, a new array
-        buf = em.buffer(projs[k]) if k in projs else f"np.empty({S.shape(shape)}, {np_dtype(dt)})"
+        buf = em.buffer(projs[k]) if k in projs else em.new_array(S.shape(shape), np_dtype(dt))
         out.append(f"{val} = {buf}")
     # the body writes a stacked output straight into its row (the first output of a buffer)
     rows, in_place = {}, set()
@@ -236,7 +236,7 @@ def _scan(em, node, v, x):
             rows[b] = f"{val}[{it}:{it} + 1]" if len(avals[k][0]) == 1 else f"{val}[{it}]"
             in_place.add(k)
     bufs = _LoopBuffers(em, t, sub, rows, avals[:nk])
-    out.append(f"{t}_i = np.empty(1, np.int64)")
+    out.append(f"{t}_i = {em.new_array('1', 'np.int64')}")
     order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
     out.append(f"for {it} in {order}:  # a real loop: the body is {sub.name}")
     for k, h in hist:

@@ -66,7 +66,7 @@ def _parts(em, node):
     names = []
     for k, (shape, dtype) in enumerate(node.p["out_avals"]):
         names.append(em.tuple_part(node, k))
-        em.body.append(f"{names[-1]} = np.empty({em.sizes.shape(shape)}, {np_dtype(dtype)})")
+        em.body.append(f"{names[-1]} = {em.new_array(em.sizes.shape(shape), np_dtype(dtype))}")
     return names
 
 
@@ -127,7 +127,7 @@ def _solve_triangular(em, node, v, x):
         chunk = em.function_name(
             [f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
             "solve_triangular_chunk", ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
-        solve = (f"_rt.parallel_chunks({chunk}, max(1, min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
+        solve = (f"_rt.parallel_chunks({chunk}, _max(1, _min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
                  f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})")
     else:
         solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {flag_args})"
