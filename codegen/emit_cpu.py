@@ -243,7 +243,7 @@ class Emitter(EmitterBase):
         """An expression for node's value as an array (expanding virtual broadcasts/reshapes)."""
         src = self.part.resolve(node)
         if src is not node and self.is_scalar_const(src):
-            # a filled array: Numba compiles np.full far faster than broadcast_to + a copy
+            # a filled array: far cheaper to compile than broadcast_to + a copy
             return self.new_array(self.sizes.shape(node.shape), np_dtype(node.dtype), self.const_ref(src))
         if node.id in self.part.virtual:
             inner = self.array(node.inputs[0])

@@ -539,3 +539,29 @@ def test_compiled_code_reshapes_by_c_view_and_python_entries_by_numpy():
     assert em.reshape("x", "(n0, n1)") == "x.reshape((n0, n1))"
     em.driver = False
     assert em.reshape("x", "n0 * n1") == "_rt.c_view(x, (n0 * n1,))"
+
+
+def test_new_arrays_and_chunk_counts_are_intrinsics_in_compiled_code():
+    # Numba's np.empty, np.full, max and min are overloads compiled again in every process
+    from numba import njit
+    from jitgraph.codegen import runtime as _rt
+
+    @njit
+    def make(n, m):
+        return (_rt.empty((n, 1), np.float64), _rt.full((n, m), 2.5, np.float64),
+                _rt.full(n, 7, np.int64), _rt.full((2, n, m), True, np.bool_), _rt.empty(n, np.float32))
+
+    a, b, c, d, e = make(3, 4)
+    assert a.shape == (3, 1) and a.dtype == np.float64 and a.flags.c_contiguous
+    np.testing.assert_array_equal(b, np.full((3, 4), 2.5))
+    np.testing.assert_array_equal(c, np.full(3, 7, np.int64))
+    assert d.dtype == np.bool_ and d.shape == (2, 3, 4) and d.all()
+    assert e.shape == (3,) and e.dtype == np.float32
+
+    def loss(x, w):
+        return np.sum(np.tanh(x @ w) ** 2) + np.sum(np.ones((3, 200)) * w[0])
+    x = np.cos(np.arange(400 * 200.0)).reshape(400, 200)      # loops large enough for chunks
+    w = np.linspace(-1, 1, 200 * 200).reshape(200, 200) / 50
+    src = jg.jit_grad(loss, argnums=1).lower(x, w).source
+    assert "_rt.parallel_chunks(" in src and "nch = _max(1, _min(_min(16, " in src
+    assert "np.empty(" not in src and "np.full(" not in src and "max(1, min(" not in src
