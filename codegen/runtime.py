@@ -120,6 +120,15 @@ def matmul2d_acc_par(a, b, out):
     return _matmul2d_par(a, b, out, True)
 
 
+def _scalar_type(dtype):
+    """The Numba scalar type that the typed `dtype` argument names (np.float64, a dtype), or None."""
+    if isinstance(dtype, types.NumberClass):
+        return dtype.instance_type
+    if isinstance(dtype, types.DType):
+        return dtype.dtype
+    return None
+
+
 @intrinsic
 def slot(typingctx, ws, offset, nbytes, shape, dtype):
     """The C-ordered array of `shape` and `dtype` at byte `offset` of the workspace arena `ws`
@@ -127,13 +136,8 @@ def slot(typingctx, ws, offset, nbytes, shape, dtype):
     sized the arena, so no checks. An intrinsic, whose few instructions are written at each
     call: as a compiled helper (`ws[offset:offset + nbytes].view(dtype).reshape(shape)`) each
     call site cost ~0.15 s of compile (100 of them: 14.7 s against 0.7 s)."""
-    if isinstance(dtype, types.NumberClass):
-        dt = dtype.instance_type
-    elif isinstance(dtype, types.DType):
-        dt = dtype.dtype
-    else:
-        return None
-    if not isinstance(shape, types.BaseTuple) or not isinstance(ws, types.Array):
+    dt = _scalar_type(dtype)
+    if dt is None or not isinstance(shape, types.BaseTuple) or not isinstance(ws, types.Array):
         return None
     nd = len(shape)
     result = types.Array(dt, nd, "C")
@@ -196,18 +200,15 @@ def c_view_py(a, shape):
 
 
 def _new_array_type(shape, dtype):
-    """(array type, rank) of a new C-ordered array of `shape` (an integer or a tuple of
-    integers) and `dtype` (a NumPy scalar type), or None."""
-    if isinstance(dtype, types.NumberClass):
-        dt = dtype.instance_type
-    elif isinstance(dtype, types.DType):
-        dt = dtype.dtype
-    else:
+    """The type of a new C-ordered array of `shape` (an integer or a tuple of integers) and
+    `dtype` (a NumPy scalar type), or None."""
+    dt = _scalar_type(dtype)
+    if dt is None:
         return None
     if isinstance(shape, types.Integer):
-        return types.Array(dt, 1, "C"), 1
+        return types.Array(dt, 1, "C")
     if isinstance(shape, types.BaseTuple) and all(isinstance(t, types.Integer) for t in shape):
-        return types.Array(dt, len(shape), "C"), len(shape)
+        return types.Array(dt, len(shape), "C")
     return None
 
 
@@ -223,10 +224,9 @@ def empty(typingctx, shape, dtype):
     """`np.empty(shape, dtype)` in compiled code, written at the call site. Numba compiles its
     own `np.empty` (an overload) once per process and signature: 0.1-0.2 s of every kernel's
     compile, in every compile server."""
-    got = _new_array_type(shape, dtype)
-    if got is None:
+    result = _new_array_type(shape, dtype)
+    if result is None:
         return None
-    result = got[0]
 
     def codegen(context, builder, sig, args):
         ary = _allocate(context, builder, result, sig.args[0], args[0])
@@ -240,10 +240,9 @@ def full(typingctx, shape, value, dtype):
     """`np.full(shape, value, dtype)` in compiled code: `empty`, then one loop storing `value`
     (Numba's own `np.full`, an overload compiled once per process and signature, took
     0.1-0.15 s of a kernel's compile)."""
-    got = _new_array_type(shape, dtype)
-    if got is None or not isinstance(value, (types.Number, types.Boolean)):
+    result = _new_array_type(shape, dtype)
+    if result is None or not isinstance(value, (types.Number, types.Boolean)):
         return None
-    result = got[0]
 
     def codegen(context, builder, sig, args):
         ary = _allocate(context, builder, result, sig.args[0], args[0])
