@@ -23,7 +23,8 @@ can be cached: the symbol is registered at import, before any of them loads.
 on a row block, reading C- or F-ordered operands in place through BLAS's leading dimensions:
 Numba's np.dot copies a strided operand (a row block of a transposed matrix) on every call.
 `gemm_cols` is the same call on a column block (for products of few rows), at an offset into
-b and out. With `acc` true, both add the product to what `out` holds (BLAS's beta = 1): a sum
+b and out, and `gemm_inner` on a block of the inner dimension (for a result too small to
+split), at an offset into a and b. With `acc` true, both add the product to what `out` holds (BLAS's beta = 1): a sum
 of a value and a product (`runtime.matmul2d_acc`) is made in one pass over `out`.
 """
 import ctypes
@@ -142,6 +143,17 @@ def gemm_cols(a, b, out, c0, c1, acc):
         out[:, c0:c1] = a @ b[:, c0:c1]
 
 
+def gemm_inner(a, b, out, k0, k1, acc):
+    """out = a[:, k0:k1] @ b[k0:k1] (`acc`: += ...) for 2-D float arrays of one dtype (out
+    C-ordered): a block of the inner dimension, for products whose result is too small to
+    split (a weight gradient over a large batch). Compiled, one BLAS gemm call at the block's
+    offset into a and b, with their leading dimensions. Interpreted: NumPy."""
+    if acc:
+        out += a[:, k0:k1] @ b[k0:k1]
+    else:
+        np.dot(a[:, k0:k1], b[k0:k1], out)
+
+
 def _layout(x, isz):
     """(op, leading dimension) of x for column-major BLAS, or (0, 0) when x is neither C- nor
     F-ordered: a C-ordered x is x^T to BLAS ('N' of x^T), an F-ordered one x ('T')."""
@@ -206,15 +218,23 @@ else:
                c_addr, ints[5:].ctypes)
         return impl
 
+    def _blas_types(a, b, out):
+        """Do a, b and out (Numba types) have one dtype that BLAS multiplies?"""
+        return a.dtype in _GEMM and b.dtype == a.dtype and out.dtype == a.dtype
+
+    def _in_place(a, b, out):
+        """Can BLAS read a and b and write out as laid out (C- or F-ordered, out C-ordered)?"""
+        return a.layout in "CF" and b.layout in "CF" and out.layout == "C"
+
     @overload(gemm_rows)
     def _gemm_rows_compiled(a, b, out, r0, r1, acc):
-        if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
+        if not _blas_types(a, b, out):
             return None
 
         # C- and F-ordered operands and a C-ordered out (all jitgraph's kernels pass) always go
         # to BLAS: their impl leaves out the loop for other layouts, which LLVM vectorizes into
         # ~1,000 lines of IR per instance (8-12% of an MLP kernel's compile)
-        blas_only = a.layout in "CF" and b.layout in "CF" and out.layout == "C"
+        blas_only = _in_place(a, b, out)
 
         def impl(a, b, out, r0, r1, acc):
             # out^T = b^T a^T in column-major terms: C' (n x mb) = op(b) (n x k) op(a) (k x mb)
@@ -241,9 +261,9 @@ else:
 
     @overload(gemm_cols)
     def _gemm_cols_compiled(a, b, out, c0, c1, acc):
-        if a.dtype not in _GEMM or b.dtype != a.dtype or out.dtype != a.dtype:
+        if not _blas_types(a, b, out):
             return None
-        if not (a.layout in "CF" and b.layout in "CF" and out.layout == "C"):
+        if not _in_place(a, b, out):
             def naive(a, b, out, c0, c1, acc):
                 _naive(a, b[:, c0:c1], out[:, c0:c1], acc)
             return naive
@@ -266,4 +286,28 @@ else:
             _gemm_call(out, opb, opa, nb, m, k, np.intp(b.ctypes.data) + c0 * b.strides[1], ldb,
                        np.intp(a.ctypes.data), lda, np.intp(out.ctypes.data) + c0 * out.strides[1],
                        max(1, out.strides[0] // isz if m > 1 else out.shape[1]), acc)
+        return impl
+
+    @overload(gemm_inner)
+    def _gemm_inner_compiled(a, b, out, k0, k1, acc):
+        if not _blas_types(a, b, out):
+            return None
+        if not _in_place(a, b, out):
+            def naive(a, b, out, k0, k1, acc):
+                _naive(a[:, k0:k1], b[k0:k1], out, acc)
+            return naive
+
+        def impl(a, b, out, k0, k1, acc):
+            # as gemm_rows, C' (n x m) = op(b block) (n x kb) op(a block) (kb x m), where the
+            # blocks start k0 columns into a and k0 rows into b and keep the whole arrays'
+            # leading dimensions
+            m, n, kb = a.shape[0], b.shape[1], k1 - k0
+            if m == 0 or n == 0 or kb <= 0:
+                return
+            isz = a.itemsize
+            opa, lda = _layout_jit(a, isz)
+            opb, ldb = _layout_jit(b, isz)
+            _gemm_call(out, opb, opa, n, m, kb, np.intp(b.ctypes.data) + k0 * b.strides[0], ldb,
+                       np.intp(a.ctypes.data) + k0 * a.strides[1], lda, np.intp(out.ctypes.data),
+                       max(1, out.strides[0] // isz if m > 1 else n), acc)
         return impl

@@ -8,21 +8,21 @@ subgraph functions for structured control flow.
 from . import strides
 from .emit_cpu import OPS
 from .fusion import read_by_blas
-from .runtime import GEMM_BLOCK_FLOPS, gemm_block_limit
+from .runtime import GEMM_BLOCK_FLOPS, gemm_blocks
 from .source import np_dtype
 
 
 def _threaded(em, flops, parts):
-    """Does a parallel build split this product over Numba's threads (runtime.gemm_blocks:
-    `parts` the blocks `gemm_block_limit` allows, or batch items)? The helper decides again at run time from the sizes;
-    this only keeps small products' programs free of parallel launches."""
+    """Does a parallel build split this batched product over Numba's threads (`parts` batch
+    items)? The helper decides again at run time from the sizes; this only keeps small
+    products' programs free of parallel launches."""
     return em.parallel and flops >= GEMM_BLOCK_FLOPS and parts >= 2
 
 
 def _split_2d(em, m, k, n):
     """The suffix of the runtime's 2-D product an (m, k) @ (k, n) product calls: "_par" when
-    its blocks run on Numba's threads, else ""."""
-    return "_par" if _threaded(em, 2 * m * n * k, gemm_block_limit(m, n)) else ""
+    its blocks (runtime.gemm_blocks, by the same rule) run on Numba's threads, else ""."""
+    return "_par" if em.parallel and gemm_blocks(m, n, k) >= 2 else ""
 
 
 @OPS.register("matmul")

@@ -13,7 +13,7 @@ from numba.core.imputils import impl_ret_borrowed, impl_ret_new_ref
 from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import _empty_nd_impl, populate_array
 
-from .blas import blas_threads_local, gemm_cols, gemm_rows
+from .blas import blas_threads_local, gemm_cols, gemm_inner, gemm_rows
 from .build import enable_cache, helpers_cache_dir
 from .launch import chunk_njit, loop_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
@@ -29,20 +29,30 @@ _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitg
 # threads: 2.20; one thread: 3.95). A product of fewer than 2 * GEMM_BLOCK_ROWS rows (a weight
 # gradient, x^T @ dy, whose rows are a layer's width) is split into column blocks of at least
 # GEMM_BLOCK_COLS instead: a 128 x 512 x 384 one took 1.00 ms on one thread and 0.53 ms in two
-# column blocks on two (0.61 ms in four blocks of 96 columns).
+# column blocks on two (0.61 ms in four blocks of 96 columns). A result too small for either
+# (a narrow layer's weight gradient over a large batch) is split into blocks of the inner
+# dimension, each block's product into a buffer of its own, then summed in block order. A
+# product moving more than GEMM_BLOCK_ELEMS elements is split even under GEMM_BLOCK_FLOPS:
+# a tall-skinny one is bound by memory, which one core does not saturate.
 GEMM_BLOCK_FLOPS = 1 << 24
+GEMM_BLOCK_ELEMS = 1 << 18
 GEMM_BLOCK_ROWS = 128
 GEMM_BLOCK_COLS = 128
+GEMM_BLOCK_INNER = 256
 GEMM_MAX_BLOCKS = 8
+GEMM_ROWS, GEMM_COLS, GEMM_INNER = 0, 1, 2
 
 
-@njit(**_OPTS)
+@register_jitable
 def gemm_blocks(m, n, k):
-    """The number of blocks of an (m, k) @ (k, n) product (row blocks, or column blocks when
-    `gemm_by_columns`): a function of the sizes only."""
-    if 2 * m * n * k < GEMM_BLOCK_FLOPS:
+    """The number of blocks of an (m, k) @ (k, n) product (cut as `gemm_split` says): a
+    function of the sizes only, so results do not depend on the thread count. Plain Python
+    too: the code generator (ops_cpu) asks the same rule."""
+    if 2 * m * n * k < GEMM_BLOCK_FLOPS and m * k + k * n + m * n < GEMM_BLOCK_ELEMS:
         return 1
-    limit = gemm_block_limit(m, n)
+    split = gemm_split(m, n, k)
+    limit = m // GEMM_BLOCK_ROWS if split == GEMM_ROWS else (
+        n // GEMM_BLOCK_COLS if split == GEMM_COLS else k // GEMM_BLOCK_INNER)
     nb = 1
     while 2 * nb <= min(GEMM_MAX_BLOCKS, limit):
         nb *= 2
@@ -50,44 +60,73 @@ def gemm_blocks(m, n, k):
 
 
 @register_jitable
-def gemm_block_limit(m, n):
-    """How many blocks an m x n result could be split into (before the power of two and
-    GEMM_MAX_BLOCKS): plain Python too, so the code generator (ops_cpu) asks the same rule."""
-    return n // GEMM_BLOCK_COLS if gemm_by_columns(m) else m // GEMM_BLOCK_ROWS
-
-
-@register_jitable
-def gemm_by_columns(m):
-    """Are an m-row product's blocks column blocks? (too few rows for two row blocks)"""
-    return m < 2 * GEMM_BLOCK_ROWS
+def gemm_split(m, n, k):
+    """How an (m, k) @ (k, n) product's blocks cut it: GEMM_ROWS (row blocks of the result),
+    GEMM_COLS (column blocks, for too few rows) or GEMM_INNER (blocks of k, for a result too
+    small for either)."""
+    if m >= 2 * GEMM_BLOCK_ROWS:
+        return GEMM_ROWS
+    if n >= 2 * GEMM_BLOCK_COLS:
+        return GEMM_COLS
+    if k >= 2 * GEMM_BLOCK_INNER:
+        return GEMM_INNER
+    return GEMM_ROWS
 
 
 @njit(**_OPTS)
-def _gemm_block(t, nb, a, b, out, acc):
-    """Block t of nb of out = a @ b (`acc`: out += a @ b), a chunk of `parallel_chunks`."""
-    m, n = a.shape[0], b.shape[1]
-    if nb > 1 and gemm_by_columns(m):
+def _gemm_block(t, nb, a, b, out, acc, parts):
+    """Block t of nb of out = a @ b (`acc`: out += a @ b), a chunk of `parallel_chunks`. An
+    inner block t > 0 writes its product to parts[t - 1]."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    split = gemm_split(m, n, k)
+    if nb > 1 and split == GEMM_COLS:
         gemm_cols(a, b, out, t * n // nb, (t + 1) * n // nb, acc)
+    elif nb > 1 and split == GEMM_INNER:
+        if t == 0:
+            gemm_inner(a, b, out, 0, k // nb, acc)
+        else:
+            gemm_inner(a, b, parts[t - 1], t * k // nb, (t + 1) * k // nb, False)
     else:
         gemm_rows(a, b, out, t * m // nb, (t + 1) * m // nb, acc)
 
 
 @register_jitable
+def _gemm_parts(nb, a, b, out):
+    """The buffers of a product's inner blocks after the first (none for other splits)."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    count = nb - 1 if nb > 1 and gemm_split(m, n, k) == GEMM_INNER else 0
+    return np.empty((count, m, n), out.dtype)
+
+
+@register_jitable
+def _gemm_sum(out, parts):
+    """out += parts[0], then parts[1], ...: the inner blocks' products in block order."""
+    for p in range(parts.shape[0]):
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] += parts[p, i, j]
+
+
+@register_jitable
 def _matmul2d(a, b, out, acc):
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
+    parts = _gemm_parts(nb, a, b, out)
     prev = blas_threads_local(1)
     for t in range(nb):
-        _gemm_block(t, nb, a, b, out, acc)
+        _gemm_block(t, nb, a, b, out, acc, parts)
     blas_threads_local(prev)
+    _gemm_sum(out, parts)
     return out
 
 
 @register_jitable
 def _matmul2d_par(a, b, out, acc):
     nb = gemm_blocks(a.shape[0], b.shape[1], a.shape[1])
+    parts = _gemm_parts(nb, a, b, out)
     prev = blas_threads_local(1)
-    parallel_chunks(_gemm_block, nb, a, b, out, acc)
+    parallel_chunks(_gemm_block, nb, a, b, out, acc, parts)
     blas_threads_local(prev)
+    _gemm_sum(out, parts)
     return out
 
 

@@ -122,10 +122,14 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 150))
     assert runtime.gemm_blocks(300, 150, 200) == 2 and runtime.gemm_blocks(2000, 2000, 2000) == 8
-    assert runtime.gemm_blocks(100, 100, 100) == 1
+    assert runtime.gemm_blocks(100, 100, 100) == 1 and runtime.gemm_split(300, 150, 200) == runtime.GEMM_ROWS
     # fewer than two row blocks' rows (a weight gradient): column blocks of 128 or more
-    assert runtime.gemm_by_columns(100) and runtime.gemm_blocks(100, 600, 400) == 4
-    assert runtime.gemm_blocks(128, 128, 2048) == 1 and not runtime.gemm_by_columns(300)
+    assert runtime.gemm_split(100, 600, 400) == runtime.GEMM_COLS and runtime.gemm_blocks(100, 600, 400) == 4
+    # a result too small for either (a narrow layer's weight gradient): blocks of the inner
+    # dimension, 256 or more; a memory-bound product (30000 x 9 x 8) is split by rows
+    assert runtime.gemm_split(128, 128, 2048) == runtime.GEMM_INNER and runtime.gemm_blocks(128, 128, 2048) == 8
+    assert runtime.gemm_blocks(16, 9, 700) == 1 and runtime.gemm_blocks(8, 9, 40000) == 8
+    assert runtime.gemm_blocks(30000, 8, 9) == 8 and runtime.gemm_blocks(3000, 8, 9) == 1
     for x in (a, np.asfortranarray(a)):
         serial, par = np.empty((300, 150)), np.empty((300, 150))
         runtime.matmul2d(x, b, serial)
@@ -136,19 +140,33 @@ def test_products_split_into_the_same_blocks_on_any_thread_count():
     # (neither C- nor F-ordered: copied), blocks of one row, an empty inner dimension
     wa, wb = rng.standard_normal((300, 100)), rng.standard_normal((100, 600))
     fa, fb = rng.standard_normal((100, 400)), rng.standard_normal((400, 600))
+    ka, kb = rng.standard_normal((60, 2100)), rng.standard_normal((2100, 90))
     for x, y in [(a, np.asfortranarray(b)), (a.astype(np.float32), b.astype(np.float32)),
                  (wa, wb), (np.asfortranarray(wa), np.asfortranarray(wb)),
                  (a[:, ::2], b[::2]), (a[:1], b), (a[:, :0], b[:0]),
                  # column blocks: C- and F-ordered, float32, a strided operand, one row
                  (fa, fb), (np.asfortranarray(fa), fb[:, :500]), (fa, np.asfortranarray(fb)),
                  (fa.astype(np.float32), fb.astype(np.float32)), (fa[:, ::2], fb[::2]),
-                 (fa[:1], np.asfortranarray(fb))]:
-        serial, par = np.empty((x.shape[0], y.shape[1]), x.dtype), np.empty((x.shape[0], y.shape[1]), x.dtype)
+                 (fa[:1], np.asfortranarray(fb)),
+                 # inner blocks: C- and F-ordered, float32, a strided operand, one row and
+                 # one column; a memory-bound product in row blocks
+                 (ka, kb), (np.asfortranarray(ka), kb), (ka, np.asfortranarray(kb)), (ka, kb[:, :1]),
+                 (ka.astype(np.float32), kb.astype(np.float32)), (ka[:, ::2], kb[::2]), (ka[:1], kb),
+                 (rng.standard_normal((30000, 9)), rng.standard_normal((9, 8)))]:
+        shape = (x.shape[0], y.shape[1])
+        serial, par = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
         runtime.matmul2d(x, y, serial)
         runtime.matmul2d_par(x, y, par)
         assert np.array_equal(serial, par)
         tol = 1e-12 if x.dtype == np.float64 else 1e-5
         np.testing.assert_allclose(serial, x.astype(np.float64) @ y, rtol=tol, atol=tol * 10)
+        # out += x @ y: BLAS adds the first block's product onto out, the others after it
+        start = rng.standard_normal(shape).astype(x.dtype)
+        serial, par = start.copy(), start.copy()
+        runtime.matmul2d_acc(x, y, serial)
+        runtime.matmul2d_acc_par(x, y, par)
+        assert np.array_equal(serial, par)
+        np.testing.assert_allclose(serial, start + x.astype(np.float64) @ y, rtol=tol, atol=tol * 100)
     xa, xb = rng.standard_normal((6, 100, 120)), rng.standard_normal((6, 120, 140))
     serial, par = np.empty((6, 100, 140)), np.empty((6, 100, 140))
     runtime.matmul_batched(xa, xb, serial)
@@ -197,11 +215,12 @@ def test_programs_without_parallel_loops_have_no_policy():
 
 
 @pytest.mark.parametrize("m, k, n", [(128, 2048, 512), (100, 400, 600), (300, 200, 150),
-                                     (128, 2048, 128), (100, 100, 100), (600, 400, 100)])
+                                     (128, 2048, 128), (100, 100, 100), (600, 400, 100),
+                                     (8, 40000, 9), (30000, 9, 8), (3000, 9, 8)])
 def test_a_program_threads_the_products_the_runtime_splits(m, k, n):
     """The generated program calls the threaded product exactly where runtime.gemm_blocks
-    makes two blocks or more, column blocks included: a weight gradient of a layer's width in
-    rows (128 x 2048 x 512) had run on one thread."""
+    makes two blocks or more, column and inner blocks included: a weight gradient of a layer's
+    width in rows (128 x 2048 x 512) had run on one thread."""
     from jitgraph import codegen
     from jitgraph.codegen import runtime
     rng = np.random.default_rng(7)
