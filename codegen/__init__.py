@@ -12,6 +12,7 @@ import numpy as np
 from . import compile_server, index
 from .products import rewrite_products
 from .scatters import window_scatters
+from .schedule import sink_updates
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
 from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel
@@ -35,10 +36,11 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
         part, source, em = _emit(graph, parallel, fastmath, python_entry=True)
     if em.driver and part.index_views:
         # A long program's Python entry compiles one function per distinct loop text, which
-        # the layers of a deep network share. Index views write their offsets into that text
-        # (each gate's slice of an unrolled LSTM: 13 functions became 111, and its compile
-        # 5 s became 31 s), so such a program keeps its copies when views would multiply the
-        # functions to compile.
+        # the layers of a deep network share. A slice's start is a parameter of those
+        # functions (GroupEmitter._offset), but other index views write their offsets into
+        # the text (written as literals, each gate's slice of an unrolled LSTM had made 13
+        # functions 111, and its compile 5 s 31 s), so such a program keeps its copies when
+        # views would multiply the functions to compile.
         plain, source_plain, em_plain = _emit(graph, parallel, fastmath, python_entry=em.python_entry,
                                               index_views=False)
         if len(em.functions) > VIEW_FUNCTIONS_MAX_RATIO * len(em_plain.functions):
@@ -47,7 +49,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
 
 
 def _emit(graph, parallel, fastmath, python_entry=False, index_views=True):
-    graph = window_scatters(rewrite_products(graph))
+    graph = sink_updates(window_scatters(rewrite_products(graph)))
     part = Partition(graph, index_views=index_views)
     em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, python_entry=python_entry)
     return part, em.emit(), em

@@ -50,6 +50,7 @@ from .lower import EmitterBase, GroupPlan
 from .memory import MemoryPlan
 from .products import rewrite_products
 from .scatters import window_scatters
+from .schedule import sink_updates
 from .source import Names, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
@@ -499,7 +500,7 @@ class Emitter(EmitterBase):
         arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
-        graph = window_scatters(rewrite_products(graph))
+        graph = sink_updates(window_scatters(rewrite_products(graph)))
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
                       prefix=prefix, shared=self.shared, out_buffers=out_buffers)
         sub.emit()
@@ -606,7 +607,7 @@ class GroupEmitter:
         """Expression reading value x, stored by an earlier step, at the current point."""
         x, ix = self.plan.source(x, target_shape)
         if x.id in self.em.part.index_views:
-            return self.em.part.read_expr(x, ix, self._leaf)
+            return self.em.part.read_expr(x, ix, self._leaf, self._offset)
         if self.em.is_scalar_const(x):
             return self.n.const_ref(x)
         self.reads[x.id] = x
@@ -627,7 +628,14 @@ class GroupEmitter:
 
     def gather(self, n):
         """The value of gather member n (an index view made stored) at the current point."""
-        return self.em.part.index_expr(n, [f"i{d}" for d in range(n.ndim)], self._leaf)
+        return self.em.part.index_expr(n, [f"i{d}" for d in range(n.ndim)], self._leaf, self._offset)
+
+    @property
+    def _offset(self):
+        """How a slice's start is spelled: in a function of its own, a parameter (`Names.offset`),
+        so that one function serves every offset (an unrolled recurrence's x[t] and gate slices);
+        inline, a literal."""
+        return self.n.offset if self.local else None
 
     def value(self, x, target_shape):
         return self.n.scalar(x) if x.id in self.members else self.read(x, target_shape)

@@ -234,22 +234,26 @@ class Partition:
             node = src
         return node, ix
 
-    def read_expr(self, node, ix, leaf):
+    def read_expr(self, node, ix, leaf, offset=None):
         """The expression for node's element at index `ix` (one expression per dim of node):
         virtual broadcasts and reshapes as `resolve_index`, index views as shifted indices
-        and conditions, down to stored values, each read spelled by `leaf(stored, ix)`."""
+        and conditions, down to stored values, each read spelled by `leaf(stored, ix)`.
+        `offset(slice, d, start)`, where given, spells a slice's nonzero start along axis d
+        (a parameter name, so that code reading slices at other offsets is the same text)."""
         node, ix = self.resolve_index(node, ix)
         if node.id not in self.index_views:
             return leaf(node, ix)
-        return self.index_expr(node, ix, leaf)
+        return self.index_expr(node, ix, leaf, offset)
 
-    def index_expr(self, node, ix, leaf):
+    def index_expr(self, node, ix, leaf, offset=None):
         """The expression for element `ix` of index-view op `node` (slice, pad_slice, transpose,
         gather or concatenate), read from its operands (see `read_expr`)."""
         p = node.p
         if node.op == "slice":
+            starts = [offset(node, d, a) if a and offset is not None else a
+                      for d, a in enumerate(p["starts"])]
             return self.read_expr(node.inputs[0], [
-                _affine(a, c, i) for a, c, i in zip(p["starts"], p["steps"], ix)], leaf)
+                _affine(a, c, i) for a, c, i in zip(starts, p["steps"], ix)], leaf, offset)
         if node.op == "pad_slice":
             x = node.inputs[0]
             conds, inner = [], []
@@ -269,7 +273,7 @@ class Partition:
                     lo, hi = (a, a + c * (n - 1)) if c > 0 else (a + c * (n - 1), a)
                     conds.append(f"{lo} <= {i} <= {hi} and ({off}) % {abs(c)} == 0")
                     inner.append(f"({off}) // {c}")
-            value = self.read_expr(x, inner, leaf)
+            value = self.read_expr(x, inner, leaf, offset)
             if not conds:
                 return value
             return f"({value} if {' and '.join(conds)} else {literal(0, node.dtype)})"
@@ -277,7 +281,7 @@ class Partition:
             src = [None] * node.ndim
             for d, a in enumerate(p["perm"]):
                 src[a] = ix[d]
-            return self.read_expr(node.inputs[0], src, leaf)
+            return self.read_expr(node.inputs[0], src, leaf, offset)
         if node.op == "gather":
             x, idx = node.inputs
             a, k = p["axis"], idx.ndim
@@ -290,7 +294,7 @@ class Partition:
                 terms = [str(c)] if c else []
                 terms += [_affine(0, m, j) for m, j in zip(coefs, pos) if m and j != "0"]
                 at = " + ".join(terms) if terms else "0"
-            return self.read_expr(x, ix[:a] + [at] + ix[a + k:], leaf)
+            return self.read_expr(x, ix[:a] + [at] + ix[a + k:], leaf, offset)
         # concatenate: the part whose range along the axis holds the index
         axis = p["axis"]
         i = ix[axis]
@@ -298,7 +302,7 @@ class Partition:
         for x in node.inputs:
             jx = list(ix)
             jx[axis] = _offset(i, -start)
-            parts.append((start + x.shape[axis], self.read_expr(x, jx, leaf)))
+            parts.append((start + x.shape[axis], self.read_expr(x, jx, leaf, offset)))
             start += x.shape[axis]
         expr = parts[-1][1]
         for stop, value in reversed(parts[:-1]):
@@ -630,7 +634,12 @@ def _offset(i, k):
 
 
 def _affine(start, step, i):
-    """Index expression `start + step * i`, simplified."""
+    """Index expression `start + step * i`, simplified (`start` an int or a parameter's name)."""
+    if isinstance(start, str):
+        if i == "0":
+            return start
+        term = _atom(i) if step == 1 else (f"{step} * {_atom(i)}" if step != -1 else f"-{_atom(i)}")
+        return f"{start} + {term}"
     if step == 1:
         return _offset(i, start)
     if i == "0":

@@ -27,7 +27,7 @@ maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos)
 _RUNTIME = {name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
             for name in ("matmul2d", "matmul2d_acc", "matmul_batched", "matmul_strided", "gather", "scatter_add", "scatter_set",
-                         "copy", "slot_view", "broadcast_into", "contiguous")}
+                         "copy", "copy_py", "slot_view", "broadcast_into", "contiguous")}
 runtime = types.SimpleNamespace(**_RUNTIME,
                                 slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
                                 strided=_runtime.strided_py, strided_py=_runtime.strided_py,

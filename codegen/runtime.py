@@ -330,6 +330,12 @@ def strided_py(base, offset, shape, steps):
                                            writeable=False)
 
 
+def copy_py(src, dst):
+    """`copy` for a Python entry: NumPy's copyto (no dispatch through Numba's type checks)."""
+    np.copyto(dst, src, casting="unsafe")
+    return dst
+
+
 def slot_view(ws, offset, nbytes, shape, dtype):
     """`slot` for a Python caller (a Python entry): the same view, made by NumPy."""
     return ws[offset:offset + nbytes].view(dtype).reshape(shape)

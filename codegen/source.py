@@ -120,7 +120,7 @@ class Names:
     values the code reads, which such a function takes as parameters."""
 
     def __init__(self, em, local):
-        self.em = em
+        self.em, self.is_local = em, local
         self.names = LocalNames() if local else em.names
         self.sizes = LocalSizes(em.sizes) if local else RecordingSizes(em.sizes)
         self.params = {}      # name in this code -> the entry's expression for it
@@ -146,8 +146,22 @@ class Names:
             return name
         return literal(node.value, node.dtype)
 
+    def offset(self, node, d, start):
+        """The parameter holding slice `node`'s start `start` along axis d."""
+        name = f"o{self.names[node.id]}_{d}"
+        self.params[name] = str(start)
+        return name
+
     def comment(self, node):
-        return "# " + self.em.graph.node_line(node, self.names, dims=self.sizes.label)
+        line = self.em.graph.node_line(node, self.names, dims=self.sizes.label)
+        if self.is_local and node.op == "slice" and any(node.p["starts"]):
+            # the function serves every offset: the starts are parameters (`offset`), the stops
+            # follow from the shape
+            starts = [f"o{self.names[node.id]}_{d}" if a else "0" for d, a in enumerate(node.p["starts"])]
+            head = line.split(" = ", 1)[0]
+            line = (f"{head} = slice[starts=({', '.join(starts)}{',' if len(starts) == 1 else ''}), "
+                    f"steps={tuple(node.p['steps'])}] {self.names[node.inputs[0].id]}")
+        return "# " + line
 
     def signature(self):
         """(parameters, the entry's arguments for them): sizes, then arrays and constants."""
