@@ -9,8 +9,9 @@ before the assignment is `update_slice(g, 0)` (g with row t zeroed), made just b
 copied the whole buffer: 49 copies of 50 x 32 x 64 values per call of the unrolled LSTM
 benchmark, 3 ms of its 10.
 
-`sink_updates` moves each such update to just before its first reader, after the reads
-of its operand that came after it: the update then runs in place.
+`sink_updates` moves each such update to just before its own first reader. The reads of
+its operand made before that reader then run before it, and where those are all of them
+(as in the loop above) the update runs in place.
 """
 from jitgraph.graph import Graph, Node
 
