@@ -635,16 +635,11 @@ def _offset(i, k):
 
 def _affine(start, step, i):
     """Index expression `start + step * i`, simplified (`start` an int or a parameter's name)."""
-    if isinstance(start, str):
-        if i == "0":
-            return start
-        term = _atom(i) if step == 1 else (f"{step} * {_atom(i)}" if step != -1 else f"-{_atom(i)}")
-        return f"{start} + {term}"
-    if step == 1:
+    if step == 1 and not isinstance(start, str):
         return _offset(i, start)
     if i == "0":
         return str(start)
-    term = f"{step} * {_atom(i)}" if step != -1 else f"-{_atom(i)}"
+    term = _atom(i) if step == 1 else f"{step} * {_atom(i)}" if step != -1 else f"-{_atom(i)}"
     return f"{start} + {term}" if start else term
 
 

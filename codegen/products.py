@@ -49,12 +49,13 @@ def _addend(p, node, users, outputs):
     return len(users[p.id]) == 1 and p.id not in outputs and p.shape == node.shape and p.dtype == node.dtype
 
 
-def rebuild(graph, make):
+def rebuild(graph, make, order=None):
     """`graph` with each node for which `make(node, new)` returns a node replaced by it (`new`
     maps the ids of nodes made so far to theirs; it returns None to keep a node). Every node
-    is made again, in order, so that ids keep the graph's order (Graph sorts nodes by id)."""
+    is made again, in order (`order`, a topological order of graph.nodes, where given), so
+    that ids keep that order (Graph sorts nodes by id)."""
     new = {}
-    for n in graph.nodes:
+    for n in (graph.nodes if order is None else order):
         if not n.inputs:
             continue
         made = make(n, new)

@@ -13,7 +13,7 @@ benchmark, 3 ms of its 10.
 its operand made before that reader then run before it, and where those are all of them
 (as in the loop above) the update runs in place.
 """
-from jitgraph.graph import Graph, Node
+from .products import rebuild
 
 
 def _conflicted(graph):
@@ -34,16 +34,15 @@ def _conflicted(graph):
 def sink_updates(graph):
     """`graph` with each update_slice whose operand is read after it made just before its
     own first reader instead (its operands' readers in between then run before it); `graph`
-    itself when there is none. Every node is made again so that ids keep the new order
-    (Graph sorts nodes by id)."""
+    itself when there is none."""
     deferred = _conflicted(graph)
     if not deferred:
         return graph
-    new, pending = {}, {}
+    order, pending = [], {}
 
-    def make(node):
-        """Make `node`, after the deferred nodes it reads (a stack, not recursion: a chain of
-        deferred updates can be long)."""
+    def place(node):
+        """Append `node`, after the deferred nodes it reads (a stack, not recursion: a chain
+        of deferred updates can be long)."""
         stack = [node]
         while stack:
             n = stack[-1]
@@ -51,21 +50,17 @@ def sink_updates(graph):
             if waiting:
                 stack += waiting
                 continue
-            stack.pop()
-            new[n.id] = Node(n.op, [new.get(x.id, x) for x in n.inputs], n.params, n.shape, n.dtype, n.value)
+            order.append(stack.pop())
 
     for n in graph.nodes:
-        if not n.inputs:
-            continue
         if n.id in deferred:
             pending[n.id] = n
         else:
-            make(n)
-    for n in [p for p in graph.nodes if p.id in pending]:
+            place(n)
+    for n in graph.nodes:
         if n.id in pending:
-            make(pending.pop(n.id))
-    adjoints = {new[i].id for i in graph.adjoint_ids if i in new}
-    return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoints, graph.meta)
+            place(pending.pop(n.id))
+    return rebuild(graph, lambda n, new: None, order)
 
 
 __all__ = ["sink_updates"]

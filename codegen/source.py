@@ -148,16 +148,19 @@ class Names:
 
     def offset(self, node, d, start):
         """The parameter holding slice `node`'s start `start` along axis d."""
-        name = f"o{self.names[node.id]}_{d}"
+        name = self._offset_name(node, d)
         self.params[name] = str(start)
         return name
+
+    def _offset_name(self, node, d):
+        return f"o{self.names[node.id]}_{d}"
 
     def comment(self, node):
         line = self.em.graph.node_line(node, self.names, dims=self.sizes.label)
         if self.is_local and node.op == "slice" and any(node.p["starts"]):
             # the function serves every offset: the starts are parameters (`offset`), the stops
             # follow from the shape
-            starts = [f"o{self.names[node.id]}_{d}" if a else "0" for d, a in enumerate(node.p["starts"])]
+            starts = [self._offset_name(node, d) if a else "0" for d, a in enumerate(node.p["starts"])]
             head = line.split(" = ", 1)[0]
             line = (f"{head} = slice[starts=({', '.join(starts)}{',' if len(starts) == 1 else ''}), "
                     f"steps={tuple(node.p['steps'])}] {self.names[node.inputs[0].id]}")
