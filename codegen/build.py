@@ -174,7 +174,7 @@ def enable_cache(functions, path):
 
 
 # the decorators of the compiled functions that kernels share (see the module docstring)
-SHARED_DECORATORS = ("_rt.chunk_njit(", "_rt.loop_njit(", "njit(")
+SHARED_DECORATORS = ("_rt.chunk_njit(", "_rt.loop_njit(", "_rt.group_njit(", "njit(")
 SHARED_NAME = "loop"        # a shared function's name in its own module
 SHARED_PREFIX = "jg_l_"
 
@@ -233,7 +233,7 @@ def shared_loops(source, entry="kernel"):
         deco = lines[node.decorator_list[0].lineno - 1].lstrip("@") if len(node.decorator_list) == 1 else ""
         if not deco.startswith(SHARED_DECORATORS) or node.args.vararg or node.args.kwarg:
             return None
-        calls = sorted(reads[name] & set(funcs))
+        calls = sorted(reads[name] & set(funcs) - {name})     # itself: a group launching its chunks
         if reads[name] & (defined - {"_OPTS"}) - set(funcs) or any(share(c) is None for c in calls):
             return None
         text = lines[node.decorator_list[0].lineno - 1:node.end_lineno]
@@ -242,6 +242,7 @@ def shared_loops(source, entry="kernel"):
             return None
         text[k] = f"def {SHARED_NAME}(" + text[k][len(head):]
         renamed = {c: f"{SHARED_NAME}_{k}" for k, c in enumerate(calls)}
+        renamed[name] = SHARED_NAME
         if renamed:
             pattern = re.compile(r"\b(" + "|".join(map(re.escape, renamed)) + r")\b")
             text = [pattern.sub(lambda m: renamed[m.group(1)], ln) for ln in text]

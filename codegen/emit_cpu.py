@@ -23,7 +23,9 @@ Layout of a generated module:
   loop group, and groups whose code is the same up to the names of their arrays
   share one function: the layers of a deep network compile one loop per
   distinct layer, not one per layer, and Numba's compile time, which grows
-  faster than linearly with a function's length, stays out of the entry. Such an entry
+  faster than linearly with a function's length, stays out of the entry. A parallel
+  group's function there is its own chunk body too: called with `ch = -1` it launches
+  its chunks on itself (`_rt.parallel_self`), one compiled function per group. Such an entry
   makes its workspace views once per arena and sizes, not once per step (`_views`).
 
 The one place the source depends on sizes beyond their equality pattern: a
@@ -83,6 +85,7 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 OUTLINE_MIN = 256
 OUTLINE_CHECKS = 8         # LLVM's -runtime-memory-check-threshold
 VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
+SELF = "_self_"            # in a function's lines (Emitter.function_name): the function's own name
 
 
 def estimated_seconds(graph):
@@ -390,15 +393,17 @@ class Emitter(EmitterBase):
         deep network share one compiled loop per distinct layer shape and compile time does
         not grow with depth. A chunk body (`chunk=True`) compiles with its arrays as `noalias`
         (launch.py), and so does an outlined loop that a Python entry calls (`chunk="entry"`),
-        with the Python wrapper that call needs.
+        with the Python wrapper that call needs, and a Python entry's parallel group
+        (`chunk="group"`), which launches its chunks on itself (SELF in its lines names it).
         """
         key = ("\n".join(lines), tuple(params), chunk)
         entry = self.shared.get(key)
         if entry is None:
             fname = f"{self.prefix}{label}"
-            deco = {True: "@_rt.chunk_njit(**_OPTS)", "entry": "@_rt.loop_njit(**_OPTS)"}.get(chunk, "@njit(**_OPTS)")
+            deco = {True: "@_rt.chunk_njit(**_OPTS)", "entry": "@_rt.loop_njit(**_OPTS)",
+                    "group": "@_rt.group_njit(**_OPTS)"}.get(chunk, "@njit(**_OPTS)")
             block = [f"# {fname}", deco,
-                     f"def {fname}({', '.join(params)}):"] + ["    " + ln for ln in lines]
+                     f"def {fname}({', '.join(params)}):"] + ["    " + ln.replace(SELF, fname) for ln in lines]
             entry = self.shared[key] = (fname, block)
             self.functions.append(block)
         else:
@@ -659,6 +664,15 @@ class GroupEmitter:
             # be one more compiled function (lstm_loop's cost 0.6-0.9 s each) that only calls it
             params, args = self.n.signature()
             em.body.append(f"{em.function_name(chunk, f'group_{g.seq}', params, chunk='entry')}({', '.join(args)})")
+            return
+        if self.local and chunk is not None:
+            # a Python entry's parallel group: one function that launches its chunks on
+            # itself (ch < 0) or runs one (launch.parallel_self)
+            params, args = self.n.signature()
+            launch = [f"_rt.parallel_self({SELF}, nch, {', '.join(params)})"]
+            lines = ["if ch < 0:"] + ["    " + ln for ln in pre + launch + post + ["return"]] + chunk
+            fname = em.function_name(lines, f"group_{g.seq}", ["ch", "nch"] + params, chunk="group")
+            em.body.append(f"{fname}(-1, 0, {', '.join(args)})")
             return
         fn = pre
         if chunk is not None:

@@ -100,6 +100,36 @@ def parallel_chunks(typingctx, fn, nch, *args):
     return types.none(fn, nch, types.StarArgTuple.from_types(argtys)), codegen
 
 
+@intrinsic
+def parallel_self(typingctx, fn, nch, *args):
+    """fn(ch, nch, *args) for ch in range(nch), on Numba's threads, where `fn` is the function
+    whose code makes this call and `args` its own parameters after `ch, nch`, in order: a
+    Python entry's group function runs its chunks in itself (`if ch < 0:` the launch, else
+    one chunk), so that it is one compiled function, not a chunk function and a launcher of
+    it. The call is to the function being compiled, in its own LLVM module (no symbol, no
+    compile of `fn`, which is under way), with the values the function received: `args`
+    only type the call (a call whose types are not the function's own is a TypeError)."""
+    # inside its own compile, Numba types the function's name as a recursive call
+    if not isinstance(fn, (types.Dispatcher, types.RecursiveCall)) or not isinstance(nch, types.Integer):
+        return None
+    callsig = types.none(types.int64, types.int64, *args)
+
+    def codegen(context, builder, signature, llargs):
+        callee = builder.function
+        if callee.function_type != context.call_conv.get_function_type(types.none, callsig.args):
+            raise TypeError(f"parallel_self: {callee.name} must pass its own parameters after ch "
+                            "and nch, in order, and return nothing")
+        llnch = context.cast(builder, llargs[1], nch, types.int64)
+        packer = context.get_arg_packer(callsig.args)
+        own = packer.from_arguments(builder, context.call_conv.get_arguments(callee))[2:]
+        packer = context.get_arg_packer(callsig.args[2:])
+        launch = _launcher(context, builder.module, callee, callsig, [v.type for v in own], packer)
+        builder.call(launch, [llnch] + list(packer.as_arguments(builder, own)))
+        return context.get_dummy_value()
+
+    return types.none(fn, nch, types.StarArgTuple.from_types(tuple(args))), codegen
+
+
 def _launcher(context, mod, callee, callsig, val_types, packer):
     """The module's launcher of one chunk function: void(intp nch, the arguments as Numba
     passes them), built once per module and chunk function. A call site only calls it.
@@ -209,6 +239,13 @@ def loop_njit(**options):
             d._compiler.__class__ = _NoAliasCompiler
         return d
     return decorate
+
+
+def group_njit(**options):
+    """`njit(**options)` for a Python entry's parallel group, which runs one chunk of its loop
+    (`ch >= 0`) or, called from Python with `ch = -1`, launches its chunks on itself
+    (`parallel_self`): compiled as `loop_njit` compiles (noalias arrays, a Python wrapper)."""
+    return loop_njit(**options)
 
 
 def parallel_chunks_py(fn, nch, *args):

@@ -35,7 +35,8 @@ runtime = types.SimpleNamespace(**_RUNTIME,
                                 matmul2d_par=_RUNTIME["matmul2d"], matmul2d_acc_par=_RUNTIME["matmul2d_acc"],
                                 matmul_batched_par=_RUNTIME["matmul_batched"],
                                 matmul_strided_par=_RUNTIME["matmul_strided"],
-                                parallel_chunks=_runtime.parallel_chunks_py, chunk_njit=njit, loop_njit=njit,
+                                parallel_chunks=_runtime.parallel_chunks_py, parallel_self=_runtime.parallel_chunks_py,
+                                chunk_njit=njit, loop_njit=njit, group_njit=njit,
                                 empty=np.empty, full=np.full,
                                 blas_threads_local=_runtime.blas_threads_local)
 

@@ -15,7 +15,7 @@ from numba.np.arrayobj import _empty_nd_impl, populate_array
 
 from .blas import blas_threads_local, gemm_cols, gemm_inner, gemm_rows
 from .build import enable_cache, helpers_cache_dir
-from .launch import chunk_njit, loop_njit, parallel_chunks, parallel_chunks_py  # noqa: F401  (used by generated kernels)
+from .launch import chunk_njit, group_njit, loop_njit, parallel_chunks, parallel_chunks_py, parallel_self  # noqa: F401  (used by generated kernels)
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
@@ -509,4 +509,4 @@ if numba.config.DISABLE_JIT:
     strided = strided_py
     c_view = c_view_py
     empty, full = np.empty, np.full
-    parallel_chunks = parallel_chunks_py
+    parallel_chunks = parallel_self = parallel_chunks_py

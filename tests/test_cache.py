@@ -365,6 +365,47 @@ def test_shared_loops_are_named_by_their_text_not_their_kernel():
     assert {name for name, _, _ in a}.isdisjoint({"kernel", "reads_table"})
 
 
+SELF_LAUNCHING = """
+import numpy as np
+from jitgraph.codegen import runtime as _rt
+
+_OPTS = dict(error_model='numpy', boundscheck=False, no_cfunc_wrapper=True)
+
+
+# {name}
+@_rt.group_njit(**_OPTS)
+def {name}(ch, nch, n0, va, vb):
+    if ch < 0:
+        nch = 2
+        _rt.parallel_self({name}, nch, n0, va, vb)
+        return
+    for i in range(ch * n0 // nch, (ch + 1) * n0 // nch):
+        vb[i] = np.exp(va[i])  # b = exp a
+
+
+def kernel(dims, va, vb):
+    {name}(-1, 0, dims[0], va, vb)
+    return (vb,)
+"""
+
+
+def test_a_group_launching_itself_is_shared_under_the_shared_name(tmp_path, monkeypatch):
+    a = build.shared_loops(SELF_LAUNCHING.format(name="group_3"))
+    b = build.shared_loops(SELF_LAUNCHING.format(name="group_8"))
+    assert [name for name, _, _ in a] == ["group_3"] and [name for name, _, _ in b] == ["group_8"]
+    assert a[0][1:] == b[0][1:]
+    text = a[0][2]
+    assert "def loop(ch, nch, n0, va, vb):" in text and "_rt.parallel_self(loop, nch, n0, va, vb)" in text
+    assert "import loop" not in text and "group_3" not in text
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path / "c"))
+    x = np.linspace(-1.0, 1.0, 11)
+    for src in (SELF_LAUNCHING.format(name="group_3"), SELF_LAUNCHING.format(name="group_8")):
+        kernel, modname, _ = build.load_kernel(src)
+        (out,) = kernel(np.array([11]), x, np.zeros(11))
+        np.testing.assert_allclose(out, np.exp(x), rtol=1e-15)
+    assert kernel.__globals__["group_8"].py_func.__module__ == a[0][1]      # one shared function
+
+
 def test_two_kernels_share_one_compiled_loop(tmp_path, monkeypatch):
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path / "c"))
     tag = uuid.uuid4().int % 10 ** 6      # modules of their own, whatever ran before in this process

@@ -330,8 +330,8 @@ def test_control_flow_keeps_a_compiled_entry(monkeypatch):
 
 def test_a_python_entry_calls_its_outlined_loops_itself():
     """A Python entry calls an outlined loop directly (`@_rt.loop_njit`: noalias arrays and a
-    Python wrapper), with no compiled group function around it, and the loop makes its flat
-    views from its own arguments."""
+    Python wrapper), with no compiled group function around it, and a flat loop makes its
+    flat views from its own arguments."""
     rng = np.random.default_rng(6)
     z, c, w = rng.standard_normal((8, 32, 256)), rng.standard_normal((32, 64)), rng.standard_normal((32, 256))
     f = jg.jit_grad(_lstm_steps, argnums=(0, 1, 2), wait=True)
@@ -341,9 +341,15 @@ def test_a_python_entry_calls_its_outlined_loops_itself():
              "@_rt.loop_njit(**_OPTS)\n" + line in src]
     assert loops, src
     entry = src[src.index("\ndef kernel("):]
+    flat = 0
     for line in loops:
         name = line[4:line.index("(")]
-        assert f"    {name}(" in entry and "_rt.c_view(" in src[src.index(line):].split("\n\n\n")[0]
+        text = src[src.index(line):].split("\n\n\n")[0]
+        assert f"    {name}(" in entry
+        if "    for i in range(" in text:
+            assert "_rt.c_view(" in text
+            flat += 1
+    assert flat
     assert "_rt.call(" not in src
     v, grads = f(z, c, w)
     ev, egrads = jg.value_and_grad(_lstm_steps, argnums=(0, 1, 2))(z, c, w)
@@ -378,6 +384,46 @@ def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
         numba.set_num_threads(old)
     assert v3 == v1  # fixed chunks: bit-for-bit the same on any number of threads
     for a, b in zip(g1, g3):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_python_entrys_parallel_group_is_one_function_launching_itself(monkeypatch):
+    """In a Python entry, a parallel group is one compiled function (`@_rt.group_njit`) that
+    the entry calls with ch = -1 and that runs its own chunks (`_rt.parallel_self`): no chunk
+    function and launcher pair. Its partial sums, row reductions and outputs agree with
+    eager gradients and are the same bits on one thread."""
+    import numba
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)     # a Python entry
+
+    def loss(x, g):
+        y = (x - np.mean(x, axis=1, keepdims=True)) * g
+        return np.sum(np.tanh(y) ** 2) + np.max(y)
+
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((300, 256)), rng.standard_normal(256)
+    f = jg.jit_grad(loss, argnums=(0, 1), wait=True)
+    src = f.lower(x, g).source
+    assert "calling the compiled loops" in src
+    assert "@_rt.group_njit(" in src and "_rt.parallel_self(" in src
+    assert "@_rt.chunk_njit(" not in src and "_rt.parallel_chunks(" not in src
+    entry = src[src.index("\ndef kernel("):]
+    groups = [ln[4:ln.index("(")] for ln in src.splitlines()
+              if ln.startswith("def ") and "@_rt.group_njit(**_OPTS)\n" + ln in src]
+    assert groups and all(f"    {name}(-1, 0, " in entry for name in groups)
+    v, grads = f(x, g)
+    ev, egrads = jg.value_and_grad(loss, argnums=(0, 1))(x, g)
+    assert v == pytest.approx(ev, rel=1e-12)
+    for a, b in zip(grads, egrads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        v1, grads1 = f(x, g)
+    finally:
+        numba.set_num_threads(old)
+    assert v1 == v
+    for a, b in zip(grads, grads1):
         np.testing.assert_array_equal(a, b)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from jitgraph.codegen.launch import chunk_njit, parallel_chunks, parallel_chunks_py
+from jitgraph.codegen.launch import chunk_njit, group_njit, parallel_chunks, parallel_chunks_py, parallel_self
 
 
 @njit
@@ -85,6 +85,71 @@ def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
     assert cres.fndesc.noalias                       # compiled like a prange body
     (plain,) = _count_chunk.overloads.values()
     assert not plain.fndesc.noalias
+
+
+@group_njit(error_model="numpy", fastmath=True)
+def _self_sum(ch, nch, x, part, out):
+    if ch < 0:
+        nch = 16
+        parallel_self(_self_sum, nch, x, part, out)
+        s = part[0]
+        for c in range(1, nch):
+            s = s + part[c]
+        out[0] = s
+        return
+    lo = ch * x.shape[0] // nch
+    hi = (ch + 1) * x.shape[0] // nch
+    s = 0.0
+    for i in range(lo, hi):
+        s += np.exp(x[i])
+    part[ch] = s
+
+
+def test_a_function_launches_its_own_chunks():
+    """parallel_self: called from Python with ch = -1, the function runs its chunks on itself:
+    every chunk once, the same bits on any number of threads, one compiled function."""
+    x = np.random.default_rng(1).standard_normal(100_003)
+    part, out = np.zeros(16), np.zeros(1)
+    _self_sum(-1, 0, x, part, out)
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        part1, out1 = np.zeros(16), np.zeros(1)
+        _self_sum(-1, 0, x, part1, out1)
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(part, part1)
+    assert out[0] == out1[0]
+    serial = np.zeros(16)
+    parallel_chunks_py(_chunk_of_self_sum, 16, x, serial)
+    np.testing.assert_allclose(part, serial, rtol=1e-13)
+    np.testing.assert_allclose(out[0], np.exp(x).sum(), rtol=1e-12)
+    (cres,) = _self_sum.overloads.values()
+    assert cres.fndesc.noalias and len(_self_sum.overloads) == 1
+
+
+def _chunk_of_self_sum(ch, nch, x, part):
+    _self_sum.py_func(ch, nch, x, part, np.zeros(1))
+
+
+@group_njit()
+def _launches_without_ch(ch, nch, x, part):
+    if ch < 0:
+        parallel_self(_launches_without_ch, 4, part)        # not its own parameters
+        return
+
+
+@group_njit()
+def _launches_with_other_types(ch, nch, x, part):
+    if ch < 0:
+        parallel_self(_launches_with_other_types, 4, x, 1.0)
+        return
+
+
+@pytest.mark.parametrize("fn", [_launches_without_ch, _launches_with_other_types])
+def test_parallel_self_refuses_a_call_that_is_not_the_functions_own(fn):
+    with pytest.raises(Exception, match="parallel_self"):
+        fn(-1, 0, np.ones(3), np.zeros(4))
 
 
 def test_openmp_layer_is_chosen_and_needs_no_lock():
