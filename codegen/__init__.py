@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from . import compile_server, index
+from . import collector, compile_server, index
 from .products import rewrite_products
 from .scatters import window_scatters
 from .schedule import sink_updates
@@ -95,15 +95,16 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
         compile_server.start()
     if indexed_only:
         return None
-    part, source, em = generate(graph, parallel, fastmath)
-    upgradable = not threads and uses_threads(source)
-    gen_parallel = parallel and not upgradable
-    if upgradable:
-        part, source, em = generate(graph, False, fastmath)
-    if backend == "python":
-        kernel, module, path = python_kernel(source), None, None
-    else:
-        kernel, module, path = load_kernel(source)
+    with collector.paused():     # (a background build's generation: codegen/collector.py)
+        part, source, em = generate(graph, parallel, fastmath)
+        upgradable = not threads and uses_threads(source)
+        gen_parallel = parallel and not upgradable
+        if upgradable:
+            part, source, em = generate(graph, False, fastmath)
+        if backend == "python":
+            kernel, module, path = python_kernel(source), None, None
+        else:
+            kernel, module, path = load_kernel(source)
     consts = em.const_values()
     program = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
     program.threads = uses_threads(source)

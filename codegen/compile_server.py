@@ -45,7 +45,7 @@ import numpy as np
 
 from numba.core.registry import cpu_target
 
-from . import mathlib, numba_cache, runtime, symbols  # noqa: F401  (every kernel imports mathlib and runtime)
+from . import collector, mathlib, numba_cache, runtime, symbols  # noqa: F401  (every kernel imports mathlib and runtime)
 from .build import cache_dir, load_kernel
 
 _LEN = struct.Struct("<Q")
@@ -370,6 +370,7 @@ def main():
     """The server process: Numba's contexts are refreshed (with the kernels' helper modules
     imported above) before the first request is read, while the parent is still generating
     code (a first compile's refresh alone took 0.4 s)."""
+    collector.compile_thresholds()
     cpu_target.typing_context.refresh()
     cpu_target.target_context.refresh()
     _serve()

@@ -34,6 +34,7 @@ import weakref
 import numpy as np
 
 from .api import check_argnums, grad, value_and_grad
+from .codegen import collector
 from .core import Tensor
 from .entry import Stale
 from .lowering import Lowered, build, cached, lower, resolved_target, trace
@@ -159,7 +160,9 @@ class JitFunction:
         return self._miss(key, args).call(leaves)
 
     def _miss(self, key, args):
-        with self._lock:     # one trace and one compile however many threads call at once
+        # one trace and one compile however many threads call at once; the garbage collector
+        # waits until they are done (codegen/collector.py)
+        with self._lock, collector.paused():
             entry = self._entries.get(key)
             if entry is not None:       # another thread traced it while we waited
                 self._entries.move_to_end(key)

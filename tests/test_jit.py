@@ -108,3 +108,54 @@ def test_gradients_keep_the_array_ness_of_their_argument():
     assert type(h(np.array(2.0))[1]) is np.ndarray
     assert type(h(2.0)[1]) is np.float64 and type(h(np.float64(2.0))[1]) is np.float64
     assert type(jg.grad(lambda w: w * w)(np.array(2.0))) is np.ndarray
+
+
+def test_the_garbage_collector_pauses_for_a_trace_and_is_restored_after():
+    """codegen/collector.py: a new signature's trace and build run with the cyclic collector
+    off (reentrant, any thread); it is on again after, and stays off if the user had it off."""
+    import gc
+    import threading
+    from jitgraph.codegen import collector
+
+    seen = []
+
+    def loss(x):
+        seen.append(gc.isenabled())
+        return np.sum(np.tanh(x) ** 2)
+
+    assert gc.isenabled()
+    f = jg.jit_grad(loss, wait=True)
+    x = np.linspace(-1.0, 1.0, 7)
+    f(x)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        jg.jit_grad(loss, wait=True)(x[:5])
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+    with collector.paused():
+        with collector.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        inside = []
+        t = threading.Thread(target=lambda: inside.append(gc.isenabled()))
+        t.start()
+        t.join()
+        assert inside == [False]
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        with collector.paused():
+            1 / 0
+    assert gc.isenabled()
+
+
+def test_the_compile_server_collects_less_often():
+    import gc
+    from jitgraph.codegen import collector
+    saved = gc.get_threshold()
+    try:
+        collector.compile_thresholds()
+        assert gc.get_threshold() == (collector.COMPILE_THRESHOLD,) + saved[1:]
+    finally:
+        gc.set_threshold(*saved)
