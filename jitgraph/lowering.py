@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from . import codegen
-from .codegen import compile_server, numba_cache
+from .codegen import collector, compile_server, numba_cache
 from .codegen.build import SHARED_PREFIX
 from .api import trace_graph
 from .entry import Entry
@@ -157,11 +157,13 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     if args is not None and isinstance(program.kernel, numba.core.registry.CPUDispatcher):
         argtypes = tuple(program.kernel.typeof_pyval(a) for a in args)
         remote = _compile_in_server(program, argtypes)
-        program.kernel.compile(argtypes)
+        with _loading(remote):
+            program.kernel.compile(argtypes)
     else:
         if args is not None:
             remote = _run_in_server(program, args)
-        entry.call(leaves)
+        with _loading(remote):
+            entry.call(leaves)
     after = _dispatch_state(program)
     if remote and after is not None and after[1] > before[1]:
         lowered.native = "compiled"       # by the compile server, loaded from the disk cache
@@ -179,6 +181,14 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
         stats["compiles"] += 1
     lowered.timings.update(trace=trace_time, compile=time.perf_counter() - t1)
     return entry
+
+
+def _loading(remote):
+    """Around the local step after a compile server compiled the program (loading its code
+    from the disk cache, a background build's too): the garbage collector paused
+    (codegen/collector.py). Around a compile in this process (or a load of code cached
+    before): the collector on, even inside a paused phase, as a compile's garbage is large."""
+    return collector.paused() if remote else collector.resumed()
 
 
 def cached(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):

@@ -159,3 +159,24 @@ def test_the_compile_server_collects_less_often():
         assert gc.get_threshold() == (collector.COMPILE_THRESHOLD,) + saved[1:]
     finally:
         gc.set_threshold(*saved)
+
+
+def test_a_compile_in_this_process_runs_with_the_collector_on():
+    """Inside a paused phase, `resumed()` (around a compile in this process, whose garbage is
+    large) turns the collector on, and off again after; outside one it changes nothing."""
+    import gc
+    from jitgraph.codegen import collector
+    with collector.resumed():
+        assert gc.isenabled()
+    with collector.paused():
+        with collector.resumed():
+            assert gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector.paused():
+            with collector.resumed():
+                assert not gc.isenabled()          # the user's setting, kept
+    finally:
+        gc.enable()
