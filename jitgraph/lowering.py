@@ -157,12 +157,12 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     if args is not None and isinstance(program.kernel, numba.core.registry.CPUDispatcher):
         argtypes = tuple(program.kernel.typeof_pyval(a) for a in args)
         remote = _compile_in_server(program, argtypes)
-        with _loading(remote):
+        with _loading(remote or cached_only):
             program.kernel.compile(argtypes)
     else:
         if args is not None:
             remote = _run_in_server(program, args)
-        with _loading(remote):
+        with _loading(remote or cached_only):
             entry.call(leaves)
     after = _dispatch_state(program)
     if remote and after is not None and after[1] > before[1]:
@@ -183,12 +183,13 @@ def build(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=
     return entry
 
 
-def _loading(remote):
-    """Around the local step after a compile server compiled the program (loading its code
-    from the disk cache, a background build's too): the garbage collector paused
-    (codegen/collector.py). Around a compile in this process (or a load of code cached
-    before): the collector on, even inside a paused phase, as a compile's garbage is large."""
-    return collector.paused() if remote else collector.resumed()
+def _loading(loads):
+    """Around the step that makes the program's native code ready here: when it `loads` (a
+    compile server compiled it, or `cached` found it compiled on disk), the garbage collector
+    paused (codegen/collector.py; a background build's load too). Otherwise it may compile
+    in this process: the collector on, even inside a paused phase, as a compile's garbage is
+    large."""
+    return collector.paused() if loads else collector.resumed()
 
 
 def cached(graph, dyn, options, guard_list, desc, stats, trace_time=0.0, threads=True):
