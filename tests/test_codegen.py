@@ -10,6 +10,7 @@ from jitgraph import codegen
 import jitgraph as jg
 from jitgraph.codegen import mathlib
 from golden_files import assert_golden
+from threads import on_threads
 from jitgraph.bench import WORKLOADS
 SMALL = dict(w1=dict(n=1000), w2=dict(B=16, D=8, H=12, C=5), w3=dict(n=17), w4=dict(n=100),
              w5={}, w6=dict(r=9, c=13))
@@ -359,7 +360,6 @@ def test_a_python_entry_calls_its_outlined_loops_itself():
 
 
 def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
-    import numba
 
     def loss(x, g):
         y = (x - np.mean(x, axis=1, keepdims=True)) * g
@@ -376,12 +376,7 @@ def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
     np.testing.assert_allclose(v1, v2, rtol=1e-13)
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        v3, g3 = par(x, g)
-    finally:
-        numba.set_num_threads(old)
+    v3, g3 = on_threads(1, par, x, g)
     assert v3 == v1  # fixed chunks: bit-for-bit the same on any number of threads
     for a, b in zip(g1, g3):
         np.testing.assert_array_equal(a, b)
@@ -392,7 +387,6 @@ def test_a_python_entrys_parallel_group_is_one_function_launching_itself(monkeyp
     the entry calls with ch = -1 and that runs its own chunks (`_rt.parallel_self`): no chunk
     function and launcher pair. Its partial sums, row reductions and outputs agree with
     eager gradients and are the same bits on one thread."""
-    import numba
     from jitgraph.codegen import emit_cpu
     monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)     # a Python entry
 
@@ -416,12 +410,7 @@ def test_a_python_entrys_parallel_group_is_one_function_launching_itself(monkeyp
     assert v == pytest.approx(ev, rel=1e-12)
     for a, b in zip(grads, egrads):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        v1, grads1 = f(x, g)
-    finally:
-        numba.set_num_threads(old)
+    v1, grads1 = on_threads(1, f, x, g)
     assert v1 == v
     for a, b in zip(grads, grads1):
         np.testing.assert_array_equal(a, b)

@@ -4,11 +4,11 @@ import subprocess
 import sys
 import textwrap
 
-import numba
 import numpy as np
 import pytest
 from numba import njit
 
+from threads import on_threads
 from jitgraph.codegen.launch import chunk_njit, group_njit, parallel_chunks, parallel_chunks_py, parallel_self
 
 
@@ -34,13 +34,7 @@ def _run(nch, counts, seen_nch, scale, offset):
 def test_every_chunk_runs_once_with_its_arguments(nch, threads):
     counts = np.zeros(2 * max(nch, 1))
     seen = np.full(max(nch, 1), -1, dtype=np.int64)
-    saved = numba.get_num_threads()
-    try:
-        if threads:
-            numba.set_num_threads(threads)
-        _run(nch, counts, seen, 0.5, np.int64(3))
-    finally:
-        numba.set_num_threads(saved)
+    on_threads(threads, _run, nch, counts, seen, 0.5, np.int64(3))
     expect_counts = np.zeros_like(counts)
     expect_seen = np.full_like(seen, -1)
     parallel_chunks_py(_count_chunk.py_func, nch, expect_counts, expect_seen, 0.5, 3)
@@ -70,12 +64,7 @@ def _chunked_sum(x):
 def test_the_same_bits_on_any_number_of_threads_and_noalias_chunks():
     x = np.random.default_rng(0).standard_normal(100_003)
     every = _chunked_sum(x)
-    saved = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = _chunked_sum(x)
-    finally:
-        numba.set_num_threads(saved)
+    one = on_threads(1, _chunked_sum, x)
     np.testing.assert_array_equal(every, one)
     serial = np.zeros(16)
     parallel_chunks_py(_sum_chunk.py_func, 16, x, serial)
@@ -97,12 +86,7 @@ def _self_sum(ch, nch, x, part, out):
             s = s + part[c]
         out[0] = s
         return
-    lo = ch * x.shape[0] // nch
-    hi = (ch + 1) * x.shape[0] // nch
-    s = 0.0
-    for i in range(lo, hi):
-        s += np.exp(x[i])
-    part[ch] = s
+    _sum_chunk(ch, nch, x, part)
 
 
 def test_a_function_launches_its_own_chunks():
@@ -111,25 +95,16 @@ def test_a_function_launches_its_own_chunks():
     x = np.random.default_rng(1).standard_normal(100_003)
     part, out = np.zeros(16), np.zeros(1)
     _self_sum(-1, 0, x, part, out)
-    saved = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        part1, out1 = np.zeros(16), np.zeros(1)
-        _self_sum(-1, 0, x, part1, out1)
-    finally:
-        numba.set_num_threads(saved)
+    part1, out1 = np.zeros(16), np.zeros(1)
+    on_threads(1, _self_sum, -1, 0, x, part1, out1)
     np.testing.assert_array_equal(part, part1)
     assert out[0] == out1[0]
     serial = np.zeros(16)
-    parallel_chunks_py(_chunk_of_self_sum, 16, x, serial)
+    parallel_chunks_py(_sum_chunk.py_func, 16, x, serial)
     np.testing.assert_allclose(part, serial, rtol=1e-13)
     np.testing.assert_allclose(out[0], np.exp(x).sum(), rtol=1e-12)
     (cres,) = _self_sum.overloads.values()
     assert cres.fndesc.noalias and len(_self_sum.overloads) == 1
-
-
-def _chunk_of_self_sum(ch, nch, x, part):
-    _self_sum.py_func(ch, nch, x, part, np.zeros(1))
 
 
 @group_njit()

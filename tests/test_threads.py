@@ -7,6 +7,7 @@ import pytest
 import jitgraph as jg
 from jitgraph import threads
 from jitgraph.threads import ALL, ONE, ThreadPolicy
+from threads import on_threads
 
 pytestmark = pytest.mark.xdist_group("threads")
 
@@ -249,12 +250,7 @@ def test_threaded_build_computes_the_same_bits_on_one_thread_and_on_all():
     assert "_rt.parallel_chunks(" in threaded.source and "_rt.matmul2d_par(" in threaded.source
     assert serial.upgradable and not serial.threads and threaded.threads and not threaded.upgradable
     every = threaded.run(x, w)
-    saved = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = threaded.run(x, w)
-    finally:
-        numba.set_num_threads(saved)
+    one = on_threads(1, threaded.run, x, w)
     assert len(every) == len(one) == 3
     for p, q in zip(every, one):
         assert np.array_equal(p, q)

@@ -1,5 +1,8 @@
-"""A helper for the concurrency tests: run a function in several threads at once."""
+"""Helpers for the concurrency tests: run a function in several threads at once, or on a
+given number of Numba's threads."""
 import threading
+
+import numba
 
 
 def run_in_threads(work, n):
@@ -23,3 +26,15 @@ def run_in_threads(work, n):
     if errors:
         raise errors[0]
     return results
+
+
+def on_threads(n, fn, *args):
+    """fn(*args) with Numba's thread count for the calling thread at n (None: as it is),
+    restored after."""
+    saved = numba.get_num_threads()
+    try:
+        if n:
+            numba.set_num_threads(n)
+        return fn(*args)
+    finally:
+        numba.set_num_threads(saved)
