@@ -34,7 +34,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     if not em.driver and len(em.body) > emit_cpu.ENTRY_MAX_LINES and python_entry_pays(graph, part):
         # a long compiled entry compiles slower than its groups' functions apart (emit_cpu)
         part, source, em = _emit(graph, parallel, fastmath, python_entry=True)
-    if em.driver and part.index_views:
+    if em.driver and part.index_views - part.recomputed:
         # A long program's Python entry compiles one function per distinct loop text, which
         # the layers of a deep network share. A slice's start is a parameter of those
         # functions (GroupEmitter._offset), but other index views write their offsets into

@@ -610,9 +610,14 @@ class GroupEmitter:
 
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
+        part = self.em.part
+        if self.flat and part.resolve(x).id in part.recomputed:
+            # (a flat loop reads recomputed values whose operands it reads flat: lower.py)
+            x = part.resolve(x)
+            return f"({self.em.expr(x, [self.read(y, x.shape) for y in x.inputs])})"
         x, ix = self.plan.source(x, target_shape)
-        if x.id in self.em.part.index_views:
-            return self.em.part.read_expr(x, ix, self._leaf, self._offset)
+        if x.id in part.index_views:
+            return part.read_expr(x, ix, self._leaf, self._offset, self.em.expr)
         if self.em.is_scalar_const(x):
             return self.n.const_ref(x)
         self.reads[x.id] = x
@@ -633,7 +638,8 @@ class GroupEmitter:
 
     def gather(self, n):
         """The value of gather member n (an index view made stored) at the current point."""
-        return self.em.part.index_expr(n, [f"i{d}" for d in range(n.ndim)], self._leaf, self._offset)
+        return self.em.part.index_expr(n, [f"i{d}" for d in range(n.ndim)], self._leaf, self._offset,
+                                       self.em.expr)
 
     @property
     def _offset(self):
@@ -884,7 +890,7 @@ class GroupEmitter:
                 return em.scalar(x)
             x = em.part.resolve(x)
             if x.id in em.part.index_views:     # one element of a slice, say
-                return em.part.read_expr(x, ["0"] * x.ndim, leaf)
+                return em.part.read_expr(x, ["0"] * x.ndim, leaf, expr=em.expr)
             return leaf(x)
 
         for node in g.nodes:

@@ -125,7 +125,7 @@ def compile_graph_cuda(graph):
 def generate_cuda(graph, tpb=cuda_config.TPB):
     """(partition, source, emitter) for `graph`, without importing the module; `tpb` is the
     number of threads per block."""
-    part = Partition(graph, index_views=False)    # kernels read operands at the loop's index
+    part = Partition(graph, index_views=False, recompute=False)    # kernels read operands at the loop's index
     em = CudaEmitter(graph, part, tpb=tpb)
     return part, em.emit(), em
 

@@ -32,6 +32,10 @@ the fused loops, never copies. A view that a library op, a graph output or
 control flow needs as an array is materialized by a loop group of its own,
 placed just before that reader.
 
+A cheap elementwise member that later loops read, made of values stored anyway, is
+*recomputed* by those loops instead of stored (`_recompute_cheap`, after placement): an
+index view whose expression is the op's own, at the reader's index.
+
 Everything else (matmul, the other transposes and gathers, scatter, reshape of a
 stored value) is an `OpStep`. A node may join a group only if every
 value it reads from outside the group is produced by an earlier step, so the
@@ -55,6 +59,14 @@ NT_COPY_ROWS = 128
 # batched products read operands that are views of stored arrays in place (_strided_product)
 STRIDED_PRODUCTS = True
 TRANSPOSE_REUSE = 512   # cache lines (32 KB: L1) a transposed read may touch before reusing one
+# Cheap elementwise values that later loops recompute from stored values instead of reading
+# them stored (`Partition._recompute_cheap`), and the most reads of stored arrays (counted
+# with repeats) and operations one such value may take to recompute
+RECOMPUTE_OPS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "max", "min", "where", "integer_pow",
+                           "cast", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not"))
+RECOMPUTE = True
+RECOMPUTE_MAX_READS = 4
+RECOMPUTE_MAX_OPS = 6
 
 
 def unit_reshape(node):
@@ -154,12 +166,13 @@ def read_by_blas(node, users):
 class Partition:
     """The steps of a graph, in execution order, and which values they must store."""
 
-    def __init__(self, graph, index_views=True):
+    def __init__(self, graph, index_views=True, recompute=None):
         self.graph = graph
         self.steps = []
         self.step_of = {}           # node id -> step
         self.virtual = set()        # ids of broadcasts read in place by their consumers
         self.index_views = set()    # ids of slices, pads, concatenates, ... read by index
+        self.recomputed = set()     # ids of cheap values later loops recompute (_recompute_cheap)
         self.gather_maps = {}       # gather view id -> (c, coefs): index c + sum coefs * j, or None
         self._allow_views = index_views
         # batched products reading their operands as strided views of stored arrays (with index
@@ -174,6 +187,8 @@ class Partition:
                 self.step_of[node.id] = step
         for o in graph.outputs:
             self._need_array(o)
+        if RECOMPUTE if recompute is None else recompute:
+            self._recompute_cheap()
         self.materialized = self._materialized()
 
     def resolve(self, node):
@@ -234,26 +249,30 @@ class Partition:
             node = src
         return node, ix
 
-    def read_expr(self, node, ix, leaf, offset=None):
+    def read_expr(self, node, ix, leaf, offset=None, expr=None):
         """The expression for node's element at index `ix` (one expression per dim of node):
         virtual broadcasts and reshapes as `resolve_index`, index views as shifted indices
-        and conditions, down to stored values, each read spelled by `leaf(stored, ix)`.
-        `offset(slice, d, start)`, where given, spells a slice's nonzero start along axis d
-        (a parameter name, so that code reading slices at other offsets is the same text)."""
+        and conditions, recomputed values as `expr(node, operand expressions)`, down to stored
+        values, each read spelled by `leaf(stored, ix)`. `offset(slice, d, start)`, where
+        given, spells a slice's nonzero start along axis d (a parameter name, so that code
+        reading slices at other offsets is the same text)."""
         node, ix = self.resolve_index(node, ix)
         if node.id not in self.index_views:
             return leaf(node, ix)
-        return self.index_expr(node, ix, leaf, offset)
+        return self.index_expr(node, ix, leaf, offset, expr)
 
-    def index_expr(self, node, ix, leaf, offset=None):
+    def index_expr(self, node, ix, leaf, offset=None, expr=None):
         """The expression for element `ix` of index-view op `node` (slice, pad_slice, transpose,
-        gather or concatenate), read from its operands (see `read_expr`)."""
+        gather or concatenate) or recomputed value, read from its operands (see `read_expr`)."""
         p = node.p
+        if node.id in self.recomputed:
+            # an elementwise op: its operands have its shape, read at the same index
+            return f"({expr(node, [self.read_expr(x, ix, leaf, offset, expr) for x in node.inputs])})"
         if node.op == "slice":
             starts = [offset(node, d, a) if a and offset is not None else a
                       for d, a in enumerate(p["starts"])]
             return self.read_expr(node.inputs[0], [
-                _affine(a, c, i) for a, c, i in zip(starts, p["steps"], ix)], leaf, offset)
+                _affine(a, c, i) for a, c, i in zip(starts, p["steps"], ix)], leaf, offset, expr)
         if node.op == "pad_slice":
             x = node.inputs[0]
             conds, inner = [], []
@@ -273,7 +292,7 @@ class Partition:
                     lo, hi = (a, a + c * (n - 1)) if c > 0 else (a + c * (n - 1), a)
                     conds.append(f"{lo} <= {i} <= {hi} and ({off}) % {abs(c)} == 0")
                     inner.append(f"({off}) // {c}")
-            value = self.read_expr(x, inner, leaf, offset)
+            value = self.read_expr(x, inner, leaf, offset, expr)
             if not conds:
                 return value
             return f"({value} if {' and '.join(conds)} else {literal(0, node.dtype)})"
@@ -281,7 +300,7 @@ class Partition:
             src = [None] * node.ndim
             for d, a in enumerate(p["perm"]):
                 src[a] = ix[d]
-            return self.read_expr(node.inputs[0], src, leaf, offset)
+            return self.read_expr(node.inputs[0], src, leaf, offset, expr)
         if node.op == "gather":
             x, idx = node.inputs
             a, k = p["axis"], idx.ndim
@@ -294,7 +313,7 @@ class Partition:
                 terms = [str(c)] if c else []
                 terms += [_affine(0, m, j) for m, j in zip(coefs, pos) if m and j != "0"]
                 at = " + ".join(terms) if terms else "0"
-            return self.read_expr(x, ix[:a] + [at] + ix[a + k:], leaf, offset)
+            return self.read_expr(x, ix[:a] + [at] + ix[a + k:], leaf, offset, expr)
         # concatenate: the part whose range along the axis holds the index
         axis = p["axis"]
         i = ix[axis]
@@ -302,12 +321,12 @@ class Partition:
         for x in node.inputs:
             jx = list(ix)
             jx[axis] = _offset(i, -start)
-            parts.append((start + x.shape[axis], self.read_expr(x, jx, leaf, offset)))
+            parts.append((start + x.shape[axis], self.read_expr(x, jx, leaf, offset, expr)))
             start += x.shape[axis]
-        expr = parts[-1][1]
+        out = parts[-1][1]
         for stop, value in reversed(parts[:-1]):
-            expr = f"({value} if {i} < {stop} else {expr})"
-        return expr
+            out = f"({value} if {i} < {stop} else {out})"
+        return out
 
 
 
@@ -578,6 +597,102 @@ class Partition:
             return True
         return isinstance(step, OpStep) and node.op in ("matmul", "matmul_add", "reshape")
 
+    # ---- recomputation ----------------------------------------------------------------------
+    def _recompute_cheap(self):
+        """Values that later loops recompute instead of reading them stored.
+
+        A loop group stores a member when a later step reads it. When that member is a cheap
+        elementwise function (RECOMPUTE_OPS) of values stored anyway (read by other steps too,
+        or arguments and constants), every later step reading it is a loop, and the arrays
+        those loops would read to recompute it (the ones they do not read already) are fewer
+        bytes than the member's array written once and read by each of them, those loops
+        compute it where they read it and nothing stores it. Typically a derivative the reverse sweep builds from a forward value (tanh's
+        1 - y*y, the sigmoid's s*(1 - s), a ReLU's mask), which placement puts in the forward
+        loop beside that value, while its product with the incoming adjoint runs in the
+        backward pass. The group keeps the member where its own members use it. A recomputed
+        value is an index view read at the reader's own index (`index_expr`), so everything
+        that follows views (`sources`, `reads`, buffer reuse) follows it to its operands."""
+        stored = self._materialized()
+        outputs = {self.resolve(o).id for o in self.graph.outputs}
+        readers = {}        # stored value id -> the other steps reading it
+        group_reads = {}    # loop group -> ids of the arrays it reads
+        for node in self.graph.nodes:
+            s = self.step_of.get(node.id)
+            if s is None:
+                continue
+            for src in self.reads(node):
+                group_reads.setdefault(s, set()).add(src.id)
+                if src.op not in ("input", "const") and self.step_of[src.id] is not s:
+                    readers.setdefault(src.id, set()).add(s)
+
+        def leaves(node, group, taken, found):
+            """Operations to recompute `node` (a member of `group`, or a value recomputed
+            already) from stored arrays, which it adds to `found` (id -> (node, reads)), and
+            the members of `group` it recomputes through to `taken`; None when it cannot be."""
+            if node.id not in self.recomputed and node.id not in taken and (
+                    node.kind != "elementwise" or node.op not in RECOMPUTE_OPS or node.size <= 1
+                    or self.step_of.get(node.id) is not group or group.members[node.id] == "sink"):
+                return None
+            ops = 1
+            for x in node.inputs:
+                for src in self.sources(x):
+                    if src.id in self.recomputed or (src.id not in stored and self.step_of.get(src.id) is group):
+                        sub = leaves(src, group, taken, found)
+                        if sub is None:
+                            return None
+                        ops += sub
+                    elif src.op in ("input", "const") or src.id in stored:
+                        if src.size > 1:
+                            found[src.id] = (src, found.get(src.id, (src, 0))[1] + 1)
+                    else:
+                        return None
+                    if ops > RECOMPUTE_MAX_OPS or sum(k for _, k in found.values()) > RECOMPUTE_MAX_READS:
+                        return None
+            taken.add(node.id)
+            return ops
+
+        def nbytes(node):
+            return node.size * node.dtype.itemsize
+
+        for node in self.graph.nodes:
+            group = self.step_of.get(node.id)
+            steps = readers.get(node.id)
+            if node.id not in stored or node.id in outputs or not isinstance(group, Group) \
+                    or not steps or not all(isinstance(s, Group) for s in steps):
+                continue
+            taken, found = set(), {}
+            if leaves(node, group, taken, found) is None:
+                continue
+            # One array written and read by each reader less, against the arrays a reader must
+            # read to recompute it and did not read already: fewer bytes, and per point of a
+            # reader's loop at most one new load for the one it saves. A reader looping over
+            # more points than the value has (a broadcast: the bias of a layer, read at every
+            # row) would recompute each element many times from values it reads from the
+            # caches anyway (a Bayesian net's sampled weights: its loops 1.6-2.5x slower)
+            new = [[x for x, _ in found.values() if x.id not in group_reads[s]] for s in steps]
+            if any(int(np.prod(s.shape, dtype=np.int64)) > node.size or len(xs) > 1 for s, xs in zip(steps, new)):
+                continue
+            if sum(nbytes(x) for xs in new for x in xs) >= nbytes(node) * (1 + len(steps)):
+                continue
+            self.recomputed |= taken
+            self.index_views |= taken
+            for s in steps:
+                group_reads[s] |= set(found)
+        # a group no longer computes the recomputed members none of its other members read
+        for group in self.groups():
+            used = set()
+            for n in reversed(group.nodes):
+                if n.id not in self.recomputed or n.id in used:
+                    used |= {x.id for x in n.inputs}
+            for n in [n for n in group.nodes if n.id in self.recomputed and n.id not in used]:
+                group.nodes.remove(n)
+                del group.members[n.id]
+                del self.step_of[n.id]
+        if any(not s.nodes for s in self.steps):
+            self.steps = [s for s in self.steps if s.nodes]
+            for k, s in enumerate(self.steps):
+                s.seq = k
+
     # ---- storage ---------------------------------------------------------------------------
     def _materialized(self):
         """Ids of nodes whose value must be stored in an array."""
@@ -606,9 +721,12 @@ class Partition:
         if self.virtual:
             lines.append("virtual broadcasts: " + " ".join(
                 names[n.id] for n in self.graph.nodes if n.id in self.virtual))
-        if self.index_views:
+        if self.index_views - self.recomputed:
             lines.append("index views: " + " ".join(
-                names[n.id] for n in self.graph.nodes if n.id in self.index_views))
+                names[n.id] for n in self.graph.nodes if n.id in self.index_views - self.recomputed))
+        if self.recomputed:
+            lines.append("recomputed by their readers: " + " ".join(
+                names[n.id] for n in self.graph.nodes if n.id in self.recomputed))
         for s in self.steps:
             if isinstance(s, Group):
                 lv = " ".join(f"{names[n.id]}{'' if s.members[n.id] == 2 else '@' + str(s.members[n.id])}"

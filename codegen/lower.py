@@ -147,6 +147,9 @@ class GroupPlan:
     def _flat_read_ok(self, x):
         part = self.em.part
         src = part.resolve(x)
+        if src.id in part.recomputed:
+            # computed from its operands at the same point (fusion's _recompute_cheap)
+            return src.size == self.size and all(self._flat_read_ok(y) for y in src.inputs)
         if src.id in part.index_views and src.size != 1:
             return False            # shifted indices need the loop's nested indices
         if src.size == 1:
