@@ -20,7 +20,9 @@ compile took 5.8-5.9 s on two servers against 8.0-8.5 s on one. The extra server
 when a split first needs them. A kernel's loop functions compile on a second server while
 the first lowers the kernel (`compile_remote`'s `loops_beside`).
 
-A server starts on first use and serves one compile at a time. It reads its requests
+A server starts on first use and serves one compile at a time. Its first message says
+that it has started (`ready()` asks without waiting: a caller waiting for a compile
+does it itself meanwhile, jitgraph/lowering.py). It reads its requests
 from a pipe and exits when the pipe closes, or within half a second of its parent's
 death, even mid-compile: no orphan is left compiling. A forked child starts its own
 server when it needs one.
@@ -35,6 +37,7 @@ import ast
 import atexit
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
@@ -103,6 +106,7 @@ class _Server:
     def __init__(self):
         self.pid = os.getpid()
         self.lock = threading.Lock()
+        self.booted = False       # its first message, once its imports are done, was read
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT] + _package_paths(), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
@@ -110,10 +114,34 @@ class _Server:
     def alive(self):
         return self.pid == os.getpid() and self.proc.poll() is None
 
+    def _read_boot(self):
+        if not self.booted:
+            if _receive(self.proc.stdout) is None:
+                raise EOFError("the compile server died while starting")
+            self.booted = True
+
+    def ready(self):
+        """Has the server finished starting (imports and Numba's contexts)? Never waits."""
+        if self.booted:
+            return True
+        if not self.lock.acquire(blocking=False):
+            return False        # a request is under way: it reads the boot message
+        try:
+            if self.booted or not self.alive():
+                return self.booted
+            if select.select([self.proc.stdout], [], [], 0)[0]:
+                self._read_boot()
+            return self.booted
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            return False
+        finally:
+            self.lock.release()
+
     def request(self, job):
         """The server's answer to `job`, or None when it died."""
         with self.lock:
             try:
+                self._read_boot()
                 _send(self.proc.stdin, job)
                 return _receive(self.proc.stdout)
             except (OSError, ValueError, EOFError, pickle.UnpicklingError):
@@ -179,6 +207,13 @@ def running():
         return sum(server.alive() for server in _servers)
 
 
+def ready():
+    """Is the first server of the pool running and done starting? Never waits."""
+    with _server_lock:
+        server = _servers[0] if _servers else None
+    return server is not None and server.alive() and server.ready()
+
+
 def start():
     """Start the first server now (its imports take about a second), if it is enabled and not
     running."""
@@ -210,6 +245,17 @@ def compile_remote(path, function, argtypes, loops_beside=False):
             threading.Thread(target=_ask, args=(("loops",) + job[1:], pool[1]), daemon=True).start()
             return _ask(job, pool[0])
     return _ask(job)
+
+
+def loops_remote(path, function, argtypes):
+    """Have the first server compile the loop functions that `function` of the generated module
+    at `path` calls for `argtypes`, last first, into the disk cache, while the caller compiles
+    the function itself (and loads those the server has cached by then). Returns at once;
+    nobody waits for the answer."""
+    pool = _pool(1)
+    if pool:
+        threading.Thread(target=_ask, args=(("loops", path, function, tuple(argtypes), None), pool[0]),
+                         daemon=True).start()
 
 
 class Empty:
@@ -332,7 +378,8 @@ def _run_part(mod, fn, args, skip):
 
 def _serve():
     """The server's loop: (cache directory, kind, module path, function, argument types or
-    arguments) in, ("ok" | "error", text) out."""
+    arguments) in, ("ok" | "error", text) out; its first message, ("ready", None), says that
+    it has started."""
     # nothing but replies on the pipe: replies go to a copy of the pipe's descriptor, and
     # whatever writes to standard output (Python or C) goes to standard error
     sys.stdout.flush()
@@ -341,6 +388,7 @@ def _serve():
     sys.stdout = sys.stderr
     requests = sys.stdin.buffer
     _die_with_parent()
+    _send(replies, ("ready", None))      # the parent's _Server.ready()
     while True:
         job = _receive(requests)
         if job is None:

@@ -264,13 +264,25 @@ def _server_usable():
 def _compile_in_server(program, argtypes):
     """Compile the program's @njit kernel in the compile server (codegen/compile_server.py)
     when it is neither compiled in this process nor in the disk cache; True when the server
-    compiled it (the caller then loads it from the disk cache)."""
+    compiled it (the caller then loads it from the disk cache).
+
+    A caller waiting for the compile (`wait=True`, not tiered.py's compile thread) compiles
+    the kernel itself while the server is still starting (its imports cost about 0.6 s,
+    Numba's first compile in this process 0.15-0.3 s), and the server, once started, compiles
+    the loop functions of a kernel with many meanwhile (`loops_remote`), which this compile
+    then loads. In the background the server compiles it: the interpreted calls of the
+    caller's thread would take the compile's GIL (w5's first compiled call 1.76 against
+    0.79 s)."""
     kernel = program.kernel
     if not _server_usable() or argtypes in kernel.overloads or numba_cache.in_cache(kernel, argtypes) is not False:
         return False
-    beside = (program.source.count("@_rt.chunk_njit(") >= LOOPS_BESIDE_MIN
-              and threading.current_thread().name != COMPILE_THREAD)
-    return compile_server.compile_remote(program.path, "kernel", argtypes, loops_beside=beside)
+    background = threading.current_thread().name == COMPILE_THREAD
+    beside = program.source.count("@_rt.chunk_njit(") >= LOOPS_BESIDE_MIN
+    if not background and not compile_server.ready():
+        if beside:
+            compile_server.loops_remote(program.path, "kernel", argtypes)
+        return False
+    return compile_server.compile_remote(program.path, "kernel", argtypes, loops_beside=beside and not background)
 
 
 SERVER_RUN_MAX_BYTES = 1 << 28     # larger arguments are not copied to the compile server

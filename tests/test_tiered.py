@@ -182,13 +182,64 @@ def _record_answers(monkeypatch, name):
     return answers
 
 
+def _started_server():
+    """The first compile server, started and done starting (a caller that waits compiles in
+    its own process while the server starts: lowering._compile_in_server)."""
+    server = compile_server.start()
+    deadline = time.monotonic() + 300
+    while not compile_server.ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert compile_server.ready()
+    return server
+
+
 def test_kernels_compile_in_the_compile_server(monkeypatch, cold_cache):
+    _started_server()
     calls = _record_answers(monkeypatch, "compile_remote")
     f = jg.jit(lambda x: np.cosh(x) * 3.0 - x, wait=True)
     x = np.linspace(0.0, 1.0, 7)
     np.testing.assert_allclose(f(x), np.cosh(x) * 3.0 - x)
     assert calls == [True]
     assert f.lower(x).native == "compiled" and f.cache_info().compiles == 1
+
+
+def test_a_waiting_caller_compiles_here_while_the_server_starts(monkeypatch, cold_cache):
+    """wait=True while the server is still importing: the kernel compiles in this process, and
+    the server (once started) compiles the loop functions of a kernel with many meanwhile."""
+    monkeypatch.setattr(compile_server, "ready", lambda: False)
+    monkeypatch.setattr(compile_server, "compile_remote", None)     # never called
+    loops = []
+    monkeypatch.setattr(compile_server, "loops_remote", lambda *a: loops.append(a))
+    f = jg.jit(lambda x: np.cosh(x) * 2.0 + x, wait=True)
+    x = np.linspace(0.0, 1.0, 7)
+    np.testing.assert_allclose(f(x), np.cosh(x) * 2.0 + x)
+    assert f.lower(x).native == "compiled" and loops == []
+    g, (w, x) = _compiled_matches_eager(lambda w, x: 2.0 * _three_loops(w, x), 12, rows=1024, cols=64, scale=0.1)
+    assert g.lower(w, x).source.count("@_rt.chunk_njit(") >= lowering.LOOPS_BESIDE_MIN
+    (path, function, argtypes), = loops
+    assert path == g.lower(w, x).path and function == "kernel" and len(argtypes) > 2
+
+
+def test_a_servers_readiness_is_asked_without_waiting():
+    server = compile_server._Server()
+    try:
+        t0 = time.perf_counter()
+        server.ready()
+        assert time.perf_counter() - t0 < 0.25         # its imports take about half a second
+        deadline = time.monotonic() + 300
+        while not server.ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.ready() and server.booted
+        # a request after the boot message was read, and one on a server asked nothing before
+        assert server.request(("/nonexistent", "compile", "/nonexistent.py", "kernel", (), None))[0] == "error"
+    finally:
+        server.close()
+    fresh = compile_server._Server()
+    try:
+        assert fresh.request(("/nonexistent", "compile", "/nonexistent.py", "kernel", (), None))[0] == "error"
+        assert fresh.booted
+    finally:
+        fresh.close()
 
 
 def test_the_compile_server_starts_without_the_front_end():
@@ -292,6 +343,7 @@ def _three_loops(w, x):
 
 def test_a_kernels_loop_functions_compile_on_a_second_server_meanwhile(monkeypatch, cold_cache):
     monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
+    _started_server()
     jobs = []
     real = compile_server._ask
 
