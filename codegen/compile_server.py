@@ -242,7 +242,7 @@ def compile_remote(path, function, argtypes, loops_beside=False):
     if loops_beside and jobs() >= 2:
         pool = _pool(2)
         if len(pool) >= 2:
-            threading.Thread(target=_ask, args=(("loops",) + job[1:], pool[1]), daemon=True).start()
+            _loops_meanwhile(path, function, argtypes, pool[1])
             return _ask(job, pool[0])
     return _ask(job)
 
@@ -254,8 +254,13 @@ def loops_remote(path, function, argtypes):
     nobody waits for the answer."""
     pool = _pool(1)
     if pool:
-        threading.Thread(target=_ask, args=(("loops", path, function, tuple(argtypes), None), pool[0]),
-                         daemon=True).start()
+        _loops_meanwhile(path, function, argtypes, pool[0])
+
+
+def _loops_meanwhile(path, function, argtypes, server):
+    """`server` compiles the loop functions `function` calls, on a thread of its own."""
+    threading.Thread(target=_ask, args=(("loops", path, function, tuple(argtypes), None), server),
+                     daemon=True).start()
 
 
 class Empty:

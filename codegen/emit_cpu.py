@@ -611,10 +611,10 @@ class GroupEmitter:
     def read(self, x, target_shape):
         """Expression reading value x, stored by an earlier step, at the current point."""
         part = self.em.part
-        if self.flat and part.resolve(x).id in part.recomputed:
+        src = part.resolve(x)
+        if self.flat and src.id in part.recomputed:
             # (a flat loop reads recomputed values whose operands it reads flat: lower.py)
-            x = part.resolve(x)
-            return f"({self.em.expr(x, [self.read(y, x.shape) for y in x.inputs])})"
+            return f"({self.em.expr(src, [self.read(y, src.shape) for y in src.inputs])})"
         x, ix = self.plan.source(x, target_shape)
         if x.id in part.index_views:
             return part.read_expr(x, ix, self._leaf, self._offset, self.em.expr)

@@ -64,7 +64,7 @@ TRANSPOSE_REUSE = 512   # cache lines (32 KB: L1) a transposed read may touch be
 # with repeats) and operations one such value may take to recompute
 RECOMPUTE_OPS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "max", "min", "where", "integer_pow",
                            "cast", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not"))
-RECOMPUTE = True
+RECOMPUTE = True        # False: every value a later step reads stays stored (for comparisons)
 RECOMPUTE_MAX_READS = 4
 RECOMPUTE_MAX_OPS = 6
 
@@ -606,10 +606,10 @@ class Partition:
         or arguments and constants), every later step reading it is a loop, and the arrays
         those loops would read to recompute it (the ones they do not read already) are fewer
         bytes than the member's array written once and read by each of them, those loops
-        compute it where they read it and nothing stores it. Typically a derivative the reverse sweep builds from a forward value (tanh's
-        1 - y*y, the sigmoid's s*(1 - s), a ReLU's mask), which placement puts in the forward
-        loop beside that value, while its product with the incoming adjoint runs in the
-        backward pass. The group keeps the member where its own members use it. A recomputed
+        compute it where they read it and nothing stores it. Typically a derivative the
+        reverse sweep builds from a forward value (tanh's 1 - y*y, the sigmoid's s*(1 - s), a
+        ReLU's mask), which placement puts in the forward loop beside that value, while its
+        product with the incoming adjoint runs in the backward pass. The group keeps the member where its own members use it. A recomputed
         value is an index view read at the reader's own index (`index_expr`), so everything
         that follows views (`sources`, `reads`, buffer reuse) follows it to its operands."""
         stored = self._materialized()

@@ -71,18 +71,24 @@ def test_recomputed_values_in_a_python_entry(rng, monkeypatch):
 
 
 def test_flat_and_row_loops_read_recomputed_values(rng):
-    """A flat elementwise loop and a row loop (a softmax's) both read a recomputed mask."""
-    w = rng.standard_normal((8, 8))
+    """The tanh derivative is read by a flat loop in `_two_layers` (above); here by a row loop,
+    the one that also sums each row for a per-row bias's gradient."""
+    params = (rng.standard_normal((8, 8)), rng.standard_normal(4))
     x = rng.standard_normal((4, 8))
 
-    def f(w, x):
-        z = x @ w
-        r = np.maximum(z, 0.0)             # the mask 'z > 0' from z, a product: stored anyway
-        s = r @ w
-        p = np.exp(s - s.max(axis=1, keepdims=True))
-        p = p / p.sum(axis=1, keepdims=True)
-        return np.sum(p * np.log(p + 1.0)) + np.sum(r * r * x)
-    _agree(f, w, x)
+    def f(params, x):
+        w, b = params
+        h = np.tanh(x @ w + b[:, None])
+        r = np.maximum(h @ w, 0.0)
+        return np.sum(r * r * x) + np.sum(h ** 3)
+    low = _agree(f, params, x)
+    part = codegen.Partition(low.graph)
+    readers = [s for s in part.groups() for n in s.nodes
+               if any(part.resolve(y).id in part.recomputed for y in n.inputs)]
+    assert readers and all(s.k < s.rank for s in readers)       # row loops (outer axes only)
+
+    flat = _agree(_two_layers, *_inputs(rng))
+    assert re.search(r"\(1\.0 - \((v\w+_f)\[i\] \* \1\[i\]\)\)", flat.source)     # a flat loop's read
 
 
 def _graph(name):
