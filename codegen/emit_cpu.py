@@ -48,7 +48,7 @@ from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
 from . import strides
 from .fusion import Group, Partition
-from .lower import EmitterBase, GroupPlan
+from .lower import EmitterBase, GroupPlan, acc_dtype
 from .memory import MemoryPlan
 from .products import rewrite_products
 from .scatters import window_scatters
@@ -57,6 +57,10 @@ from .source import Names, literal, np_dtype
 
 GRAIN = 32768          # points per chunk, at least
 MAX_CHUNKS = 16
+# a launch's per-chunk partial results are combined by a runtime helper compiled once per machine
+# (`_rt.combine_parts`, with these op codes): as an inline loop each combine cost the kernel's
+# compile 30-80 ms. Boolean reductions, which accumulate in int64, keep their inline loop.
+COMBINE_HELPERS = {"reduce_sum": 0, "reduce_prod": 1, "reduce_max": 2, "reduce_min": 3}   # runtime.COMBINE_*
 # Entry functions with more steps run as Python, not compiled: Numba's compile time grows
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
@@ -839,6 +843,10 @@ class GroupEmitter:
         post = []
         for s in accs:
             v, part = n.local(s, "v", "_t"), n.var(s, "_part")
+            if s.op in COMBINE_HELPERS and acc_dtype(s.dtype) == s.dtype:
+                post.append(f"_rt.combine_parts(_rt.c_view({part}, ({MAX_CHUNKS}, 1)), nch, {n.var(s)}, "
+                            f"{COMBINE_HELPERS[s.op]})")
+                continue
             comb = em.combine(s.op, v, f"{part}[c]", s.dtype)
             post += [f"{v} = {part}[0]", "for c in range(1, nch):", f"    {v} = {comb}",
                      f"{n.var(s)}[{zeros(s)}] = {v}"]
@@ -846,6 +854,10 @@ class GroupEmitter:
             # element loops: Numba compiles an array assignment or an in-place array
             # operator with its broadcasting machinery, about 1-2 s each
             size = S.product(s.shape)
+            if s.op in COMBINE_HELPERS and acc_dtype(s.dtype) == s.dtype:
+                post.append(f"_rt.combine_parts(_rt.c_view({n.var(s, '_part')}, ({MAX_CHUNKS}, {size})), "
+                            f"nch, _rt.c_view({n.var(s)}, ({size},)), {COMBINE_HELPERS[s.op]})")
+                continue
             v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
             comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)
             post += [f"{vf} = _rt.c_view({n.var(s)}, ({size},))",

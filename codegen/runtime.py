@@ -16,6 +16,7 @@ from numba.np.arrayobj import _empty_nd_impl, populate_array
 from .blas import blas_threads_local, gemm_cols, gemm_inner, gemm_rows
 from .build import enable_cache, helpers_cache_dir
 from .launch import chunk_njit, group_njit, loop_njit, parallel_chunks, parallel_chunks_py, parallel_self  # noqa: F401  (used by generated kernels)
+from .mathlib import maximum as _maximum, minimum as _minimum
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
@@ -494,15 +495,38 @@ def scatter_set(v, idx, out):
     return out
 
 
+# A parallel reduction's per-chunk partial results (emit_cpu's launches), combined in chunk
+# order: out[q] = part[0, q] op part[1, q] op ... op part[nch - 1, q], the order of the inline
+# loop this replaces (each such loop cost its kernel's compile 30-80 ms; a call of a helper
+# compiled once per machine costs about 8 ms). `op`: one of the COMBINE_* codes.
+COMBINE_SUM, COMBINE_PROD, COMBINE_MAX, COMBINE_MIN = range(4)
+
+
+@njit(**_OPTS)
+def combine_parts(part, nch, out, op):
+    for q in range(out.shape[0]):
+        v = part[0, q]
+        for c in range(1, nch):
+            if op == COMBINE_SUM:
+                v = v + part[c, q]
+            elif op == COMBINE_PROD:
+                v = v * part[c, q]
+            elif op == COMBINE_MAX:
+                v = _maximum(v, part[c, q])
+            else:
+                v = _minimum(v, part[c, q])
+        out[q] = v
+
+
 enable_cache(list(globals().values()), helpers_cache_dir)
 
 # generated code calls these through their symbols (symbols.py): compiled once per machine, not
 # linked into every kernel and compiled there again
 (matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par, matmul_strided,
- matmul_strided_par, broadcast_into, contiguous, copy, gather, scatter_add, scatter_set) = map(
+ matmul_strided_par, broadcast_into, contiguous, copy, gather, scatter_add, scatter_set, combine_parts) = map(
     by_symbol, (matmul2d, matmul2d_par, matmul2d_acc, matmul2d_acc_par, matmul_batched, matmul_batched_par,
                 matmul_strided, matmul_strided_par, broadcast_into, contiguous, copy, gather, scatter_add,
-                scatter_set))
+                scatter_set, combine_parts))
 
 if numba.config.DISABLE_JIT:
     slot = slot_view        # kernels run as Python (NUMBA_DISABLE_JIT): intrinsics have no Python form

@@ -1,5 +1,6 @@
 """codegen/launch.py: chunks on Numba's threads without a parfor."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -171,3 +172,50 @@ def test_a_forked_child_runs_threaded_kernels_on_its_calling_thread(tmp_path):
                        timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == "0", r.stderr
+
+
+def _reductions(x):
+    return (x.sum(), x.max(), x.min(), x.sum(axis=0), x.max(axis=0), x.min(axis=0),
+            np.any(x > 0), np.all(x > -3), np.any(x > 0, axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_parallel_reductions_combine_their_chunks_in_helpers(dtype):
+    """A launch's per-chunk partial sums, maxima and minima (whole arrays and columns) are
+    combined by the runtime's compiled helper (`_rt.combine_parts`), in chunk order: the
+    results equal NumPy's (exactly, for integers and extrema), a NaN in one chunk reaches the
+    maximum, on one thread as on all of them. Boolean reductions keep their inline loop."""
+    import jitgraph as jg
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((600, 256)) * 100).astype(dtype)      # 153,600 points: chunked
+    f = jg.jit(_reductions, wait=True)
+    source = f.lower(x).source
+    combines = re.findall(r"_rt\.combine_parts\(.*, (\d)\)\n", source)      # the op codes
+    assert sorted(combines) == ["0", "0", "2", "2", "3", "3"], source
+    assert "for c in range(1, nch):" in source        # the boolean any/all
+    got = f(x)
+    want = _reductions(x)
+    # float32 sums cancel: their rounding is relative to the sum of magnitudes
+    tol = dict(rtol=1e-5, atol=1e-6 * float(np.abs(x).sum())) if dtype == np.float32 else dict(rtol=1e-12)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if k in (0, 3) and x.dtype.kind == "f":        # sums, reassociated
+            np.testing.assert_allclose(g, w, **tol)
+        else:
+            np.testing.assert_array_equal(g, w)
+    for g, w in zip(on_threads(1, f, x), got):
+        np.testing.assert_allclose(g, w, **tol)
+    if dtype != np.int64:
+        x[437, 11] = np.nan
+        got = f(x)
+        assert np.isnan(got[1]) and np.isnan(got[4][11]) and not np.isnan(got[4][12])
+        assert np.isnan(got[2]) and np.isnan(got[5][11]) and got[5][12] == x[:, 12].min()
+
+
+def test_a_product_combines_its_chunks_in_order():
+    import jitgraph as jg
+    x = 1 + 1e-4 * np.random.default_rng(4).standard_normal((600, 256))
+    f = jg.jit(lambda a: (np.prod(a), np.prod(a, axis=0)), wait=True)
+    assert re.findall(r"_rt\.combine_parts\(.*, (\d)\)\n", f.lower(x).source) == ["1", "1"]
+    p, cols = f(x)
+    np.testing.assert_allclose(p, np.prod(x), rtol=1e-12)
+    np.testing.assert_allclose(cols, np.prod(x, axis=0), rtol=1e-13)

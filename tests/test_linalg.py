@@ -508,6 +508,35 @@ def test_long_program_whose_entry_runs_as_python():
         jg.jit(f)(np.zeros((3, 3)), x)
 
 
+def test_a_python_entry_calls_every_kind_of_routine_argument():
+    """A Python entry passes LAPACK routines arrays (as addresses), int32 arrays (lstsq's rank),
+    sizes and floats (pinv's and lstsq's rcond): the same values as NumPy, and the gradient as
+    the eager tape's."""
+    a = general((3, 3))
+
+    def f(a, x):
+        total = 0.0
+        for _ in range(4):
+            _, logdet = np.linalg.slogdet(a)
+            x = np.linalg.solve(a, x) + 0.1 * (np.linalg.inv(a) @ x)
+            w, _ = np.linalg.eigh(a @ a.T)
+            total = total + logdet + np.sum(np.linalg.pinv(a, rcond=1e-12) @ x) + w.sum() \
+                + np.sum(np.linalg.lstsq(a, x, rcond=1e-12)[0])
+        return total
+
+    x = RNG.standard_normal(3)
+    g = jg.jit_grad(f, wait=True)
+    source = g.lower(a, x).source
+    assert "runs as Python" in source
+    for name in ("slogdet", "solve", "eigh", "pinv", "lstsq"):
+        assert f'_la.external("{name}", "float64", njit, ' in source and "python=True" in source, name
+    value, grad = g(a, x)
+    np.testing.assert_allclose(value, f(a, x), rtol=1e-10)
+    value_e, grad_e = jg.value_and_grad(f)(a, x)
+    np.testing.assert_allclose(value, value_e, rtol=1e-10)
+    np.testing.assert_allclose(grad, grad_e, rtol=1e-8, atol=1e-10)
+
+
 # ---- triangular solves: scipy.linalg's solvers and Cholesky factors --------------------------------
 def _scipy_solvers(a, b):
     import scipy.linalg as sla
