@@ -81,6 +81,11 @@ class Buffer(np.ndarray):
     __str__ = __repr__
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        target = inputs[0] if method == "at" and inputs else None
+        if isinstance(target, Buffer) and (target._shadow is not None or tensors(inputs[1:])):
+            # np.add.at(buf, idx, v) with a recorded v: an unbuffered update of the shadow
+            METHODS["ufunc_at"](ufunc, target._promote(*inputs[1:]), *(_plain(x) for x in inputs[1:]))
+            return None
         out = kwargs.pop("out", None)
         inputs = tuple(_plain(x) for x in inputs)
         outs = out if isinstance(out, tuple) else ((out,) if out is not None else ())

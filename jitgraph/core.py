@@ -23,8 +23,8 @@ import warnings
 
 import numpy as np
 
-from .errors import (JitgraphError, NotSupportedError, ShapeError, TracingError, is_library_frame,
-                     numpy_scalar_call, where)
+from .errors import (JitgraphError, NotSupportedError, ShapeError, TracingError, array_method_hint,
+                     is_library_frame, numpy_scalar_call, where)
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -713,6 +713,9 @@ class Tracer(Tensor):
 
     def _refuse_array(self, dtype=None, copy=None):
         _refuse_library_conversion()
+        hint = array_method_hint()
+        if hint:
+            raise TracingError(f"conversion to a NumPy array of a traced value{where()}{hint}")
         self._concrete("conversion to a NumPy array")
 
     def item(self):
@@ -772,7 +775,7 @@ class EagerBox(Tensor):
         _refuse_library_conversion()
         raise JitgraphError(
             f"converting a recorded value to a NumPy array would cut it out of the gradient "
-            f"tape{where()}; use jitgraph/NumPy operations on it, or .item() for a Python scalar")
+            f"tape{where()}{array_method_hint() or '; use jitgraph/NumPy operations on it, or .item() for a Python scalar'}")
 
     def item(self):
         return self.value.item() if hasattr(self.value, "item") else self.value

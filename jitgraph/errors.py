@@ -105,6 +105,18 @@ def numpy_scalar_call():
     return name if isinstance(typ, type) and issubclass(typ, np.generic) else None
 
 
+def array_method_hint():
+    """When the user's innermost frame is calling a NumPy array's method (`X.dot(W)`, which
+    converts its argument with __array__, as no dispatch protocol covers methods), a hint
+    naming the function form that jitgraph records; else ''."""
+    name = _at_user_instruction(_callee_name, _CALLEE)
+    if not name or not hasattr(np.ndarray, name) or name.startswith("_"):
+        return ""
+    spelled = "X @ W or np.dot(X, W)" if name == "dot" else f"np.{name}(X, ...)" if hasattr(np, name) else None
+    return (f"; a NumPy array's method (here `.{name}(...)`) converts a traced argument to an array"
+            + (f": write {spelled} instead" if spelled else ""))
+
+
 def _callee_name(code, lasti):
     ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
     at = next((k for k, i in enumerate(ins) if i.offset == lasti), None)

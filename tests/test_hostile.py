@@ -532,3 +532,21 @@ def test_numpy_scalar_constructor_of_a_traced_value_is_refused_not_a_silent_cons
         with pytest.warns(RuntimeWarning, match=r"np\.float64\(x\) of a traced value"):
             with pytest.raises(ValueError):
                 run(np.ones(3))
+
+
+def test_a_numpy_arrays_method_given_a_traced_value_names_the_function_form():
+    """`X.dot(W)` with X a NumPy array converts W with __array__ (methods have no dispatch
+    protocol); the error says so and names `X @ W`, in both modes."""
+    X = np.arange(6.0).reshape(2, 3)
+
+    def loss(W):
+        return np.sum(X.dot(W))
+
+    with pytest.raises(jg.JitgraphError, match=r"here `\.dot\(\.\.\.\)`.*X @ W or np\.dot\(X, W\)"):
+        jg.value_and_grad(loss)(np.ones(3))
+    with pytest.raises(jg.TracingError, match=r"here `\.dot\(\.\.\.\)`.*X @ W"):
+        jg.jit_grad(loss, wait=True)(np.ones(3))
+    # the function form records: the same values as NumPy, and the gradient X.sum(0)
+    value, grad = jg.value_and_grad(lambda W: np.sum(X @ W))(np.ones(3))
+    assert value == np.sum(X.dot(np.ones(3)))
+    np.testing.assert_array_equal(grad, X.sum(axis=0))

@@ -74,7 +74,9 @@ def test_op_float64(entry):
 
 # entries whose plain-NumPy result is float64 for float32 inputs: a float64 NumPy scalar exponent,
 # np.float_power, float64 constant arrays
-PROMOTES_TO_F64 = {"pow-np-float", "np.float_power", "concatenate-with-const", "matmul-rmatmul-const"}
+PROMOTES_TO_F64 = {"pow-np-float", "np.float_power", "concatenate-with-const", "matmul-rmatmul-const",
+                   "np.convolve constant", "np.bincount weights", "interp", "interp-left-right-at-points",
+                   "interp-sample-points", "np.vander", "np.vander N increasing"}   # (as NumPy: float64 results)
 
 
 @pytest.mark.parametrize("entry", TABLE, ids=_id)

@@ -17,7 +17,7 @@ from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_
                          result_dtype, shape_of, view_of)
 from .index import getitem, setitem
 from .registry import implements
-from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape
+from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape, stack
 
 
 def _traced(*xs):
@@ -340,6 +340,55 @@ def _pad_constant(x, widths, values):
 
 
 # ---- windows, grids, ranges ---------------------------------------------------------------------
+@implements(np.convolve)
+def convolve(a, v, mode="full"):
+    """np.convolve of two 1-d arrays: each window of the longer one (zero-padded) against the
+    shorter one reversed, one matrix-vector product, sliced to the mode's part."""
+    if not _traced(a, v):
+        return np.convolve(a, v, mode)
+    if mode not in ("full", "same", "valid", 0, 1, 2):
+        raise ValueError(f"mode must be one of 'valid', 'same', or 'full' (got {mode!r})")
+    mode = {0: "valid", 1: "same", 2: "full"}.get(mode, mode)
+    a, v = as_operand(a), as_operand(v)
+    a = reshape(a, (1,)) if _ndim(a) == 0 else a
+    v = reshape(v, (1,)) if _ndim(v) == 0 else v
+    if _ndim(a) > 1 or _ndim(v) > 1:
+        raise ValueError("object too deep for desired array")
+    if not shape_of(a)[0]:
+        raise ValueError("a cannot be empty")
+    if not shape_of(v)[0]:
+        raise ValueError("v cannot be empty")
+    if shape_of(v)[0] > shape_of(a)[0]:
+        a, v = v, a
+    n, m = shape_of(a)[0], shape_of(v)[0]
+    if mode != "valid":
+        a = pad(a, (m - 1, m - 1))
+    out = sliding_window_view(a, m) @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
+    if mode == "same":
+        start = (m - 1) // 2
+        out = out[start:start + n]
+    return out
+
+
+@implements(np.vander)
+def vander(x, N=None, increasing=False):
+    """np.vander: the columns x**(N-1), ..., x, 1 (or increasing), each an integer power."""
+    if not _traced(x):
+        return np.vander(x, N, increasing)
+    x = as_operand(x)
+    if _ndim(x) != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    x = cast(x, np.promote_types(x.dtype, int))        # NumPy's result dtype (float32 -> float64)
+    n = shape_of(x)[0] if N is None else int(_static_int(N, "np.vander's N"))
+    if n < 0:
+        raise ValueError("negative dimensions are not allowed")
+    cols = [full_like(x, 1)] + [x ** k for k in range(1, n)]
+    cols = cols[:n] if increasing else cols[:n][::-1]
+    if not cols:
+        return reshape(x, (-1, 1))[:, :0]
+    return stack(cols, axis=1)
+
+
 @implements(np.lib.stride_tricks.sliding_window_view, view=True)
 def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
     """Every window of x (a read-only view in NumPy): a gather per windowed axis, the window

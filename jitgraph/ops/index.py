@@ -513,6 +513,36 @@ def ufunc_at(ufunc, x, key, value=None):
     write_into(x, ufunc(x, total), f"np.{ufunc.__name__}.at")
 
 
+@implements(np.bincount)
+def bincount(x, weights=None, minlength=0):
+    """np.bincount with recorded `weights`: the weights summed into bins by the non-negative
+    integers `x`, which must be known while tracing (the number of bins, max(x) + 1, sizes
+    the result). A scatter-add: its gradient gathers."""
+    if isinstance(x, Tensor):
+        raise NotSupportedError(f"np.bincount of traced integers is not supported: the number of bins, "
+                                f"max(x) + 1, would only be known when the function runs; make the bins "
+                                f"with counts = np.zeros(n) and np.add.at(counts, x, w){where()}")
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError("object too deep for desired array" if x.ndim > 1 else "object of too small depth "
+                         "for desired array")
+    if not np.can_cast(x.dtype, np.intp, "safe"):
+        raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') according to "
+                        f"the rule 'safe'")
+    x = x.astype(np.intp)
+    if x.size and x.min() < 0:
+        raise ValueError("'list' argument must have no negative elements")
+    if minlength is None or minlength < 0:
+        raise ValueError("'minlength' must not be negative")
+    size = builtins.max(int(minlength), int(x.max()) + 1 if x.size else 0)
+    if weights is None:
+        return np.bincount(x, minlength=size)
+    w = cast(as_operand(weights), np.float64)
+    if tuple(shape_of(w)) != x.shape:
+        raise ValueError("The weights and list don't have the same length.")
+    return bind("scatter_add", *lift([w, x]), axis=0, size=size)
+
+
 @implements(np.put)
 def put(a, ind, v, mode="raise"):
     if mode != "raise":

@@ -630,6 +630,45 @@ def searchsorted(a, v, side="left", sorter=None):
     return _sum(below, axis=-1)
 
 
+@implements(np.interp)
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """np.interp: the piecewise-linear interpolant of the points (xp, fp), increasing xp, at x;
+    differentiable in x, xp and fp. Each x finds its interval with searchsorted and reads the
+    interval's ends. As NumPy: x at a sample point gives its fp exactly, outside the samples
+    `left` and `right` (fp's first and last values by default)."""
+    if not _traced(x, xp, fp, left, right):
+        return np.interp(x, xp, fp, left, right, period)
+    if period is not None:
+        raise NotSupportedError(f"np.interp with period= is not supported{where()}")
+    if builtins.any(np.dtype(getattr(v, "dtype", np.float64)).kind == "c" for v in (x, xp, fp, left, right)):
+        raise NotSupportedError(f"np.interp of complex values is not supported{where()}")
+    f64 = np.dtype(np.float64)
+    x, xp, fp = (cast(as_operand(v), f64) for v in (x, xp, fp))
+    if _ndim(xp) != 1 or _ndim(fp) != 1:
+        raise ValueError("object too deep for desired array" if builtins.max(_ndim(xp), _ndim(fp)) > 1
+                         else "object of too small depth for desired array")
+    n = shape_of(xp)[0]
+    if shape_of(fp)[0] != n:
+        raise ValueError("fp and xp are not of the same length.")
+    if n == 0:
+        raise ValueError("array of sample points is empty")
+    first, last = _index_take(xp, 0, 0), _index_take(xp, n - 1, 0)
+    y_left = _index_take(fp, 0, 0) if left is None else cast(as_operand(left), f64)
+    y_right = _index_take(fp, n - 1, 0) if right is None else cast(as_operand(right), f64)
+    if n == 1:
+        y = broadcast_to(_index_take(fp, 0, 0), tuple(shape_of(x)))
+    else:
+        j = minimum(maximum(searchsorted(xp, x, side="right"), 1), n - 1)
+        x0, x1 = _index_take(xp, subtract(j, 1), 0), _index_take(xp, j, 0)
+        y0, y1 = _index_take(fp, subtract(j, 1), 0), _index_take(fp, j, 0)
+        dx = subtract(x1, x0)
+        # a repeated sample point would divide by zero, in a branch where() does not take
+        dx = where_(equal(dx, 0.0), 1.0, dx)
+        y = add(y0, multiply(divide(subtract(y1, y0), dx), subtract(x, x0)))
+        y = where_(equal(x, x0), y0, where_(equal(x, last), _index_take(fp, n - 1, 0), y))
+    return where_(less(x, first), y_left, where_(less(last, x), y_right, y))
+
+
 def _less_nan_last(x, y):
     """x < y in the order NumPy sorts by: NaN after every number."""
     lt = less(x, y)

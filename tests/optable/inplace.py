@@ -197,6 +197,17 @@ def _eye_rows(x):
     return np.stack(rows) @ x[:, :4] + np.zeros_like(e)
 
 
+def _zeros_add_at(x):
+    s = np.zeros((6, 5), x.dtype)        # a NumPy array the function makes
+    np.add.at(s, IDX, x)                  # repeated rows accumulate into it
+    np.subtract.at(s, (5, [1, 1]), x[0, 0])
+    return s
+
+
+def _bincount(x):
+    return np.bincount(IDX % 3, weights=x[:, 1] * x[:, 2], minlength=5) + np.bincount(IDX, weights=x[:, 0])[:5]
+
+
 def _constant_buffer(x):
     c = np.zeros(5, x.dtype)
     c[1] = 2.0                         # only constants: stays a NumPy array
@@ -214,5 +225,6 @@ for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), (
                    ("setitem fori_loop", _fori_loop), ("setitem zeros_like", _zeros_then_fill),
                    ("sort in place", _in_place_sort), ("np.zeros filled", _zeros_filled),
                    ("np.empty filled in a loop", _empty_loop), ("np.ones out=", _ones_out),
-                   ("np.eye rows", _eye_rows), ("np.zeros constant", _constant_buffer)]:
+                   ("np.eye rows", _eye_rows), ("np.zeros constant", _constant_buffer),
+                   ("np.add.at into np.zeros", _zeros_add_at), ("np.bincount weights", _bincount)]:
     op(_name, _fn, ((4, 5),))

@@ -92,6 +92,13 @@ op("take-clip", lambda x: np.take(x, [7, -8, 2], mode="clip"), M)
 op("take-raise", lambda x: np.take(x, [-1, 2], axis=0, mode="raise"), M)
 op("take-wrap-traced", lambda x: np.take(x, np.argmax(x, axis=0) + 5, axis=0, mode="wrap"), M)
 op("take-clip-traced", lambda x: np.take(x, np.argmin(x, axis=1) * 3 - 2, axis=1, mode="clip"), M)
+op("interp", lambda x, fp: np.interp(x * 2.0, COORDS4, fp), ((3, 5), (4,)))
+op("interp-left-right-at-points", lambda x, fp: np.interp(np.concatenate([x * 3.0, COORDS4]), COORDS4, fp,
+                                                        left=-1.5, right=fp[1] * 2.0), ((7,), (4,)))
+op("interp-sample-points", lambda xp, fp: np.interp(np.array([-0.5, 0.3, 1.1, 2.4]), np.cumsum(np.abs(xp) + 0.2),
+                                                     fp), ((5,), (5,)))
+nondiff("interp-repeated-point", lambda x: np.interp(x, np.array([0.0, 1.0, 1.0, 2.0]), np.array([0.0, 1.0, 3.0, 2.0])),
+        ((9,),))
 op("searchsorted", lambda a, v: v * np.searchsorted(np.sort(a), v).astype(v.dtype), ((6,), (3, 2)))
 op("searchsorted-right-sorter",
    lambda a, v: v * np.searchsorted(a, v, side="right", sorter=np.argsort(a)).astype(v.dtype), ((6,), (4,)))
