@@ -15,6 +15,11 @@ cached loop against 3.19 ns when it computed expm1's two branches, max relative 
 4.7e-16 against NumPy over [-25, 25] and tiny arguments.
 NaN and +-inf propagate as in NumPy.
 
+log, log1p: fdlibm's e_log.c method (exponent bits, s = f / (2 + f) and a minimax polynomial
+in s**2), log1p as log(u) + c/u with u = 1 + x rounded and c its rounding error. Measured against
+mpmath: log within 0.76 ulp (subnormals to the largest double), log1p within 1.14 ulp; in a 1M-
+element loop 2.0 ms against libm's 5.5 ms (log), 2.4 ms against 14.2 ms (log1p).
+
 sin, cos: the argument is reduced by pi/2 with a table of (2**E 2/pi) mod 4 (Payne-Hanek,
 branch-free: the row is a gather) and fdlibm's polynomials evaluated on the two-word remainder.
 Measured against mpmath: at most 0.73 ulp over every binade, including doubles within 2**-61 of
@@ -294,6 +299,60 @@ def _ir_cos(builder, x):
     return _ir_sin_or_cos(builder, x, True)
 
 
+# ---- log, log1p: fdlibm's reduction and polynomial (e_log.c) ---------------------------------------
+# x = 2**k m, sqrt(2)/2 < m < sqrt(2) (exponent bits; subnormals scaled by 2**54 first), f = m - 1,
+# s = f / (2 + f) and log(m) = f - f**2/2 + s (f**2/2 + R(s**2)), R fdlibm's minimax polynomial.
+_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+       2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+       1.479819860511658591e-01)
+
+
+def _ir_log_positive(builder, x):
+    """log(x) for finite x > 0 (other x give garbage: _ir_log selects their values)."""
+    add, sub, mul, _ = _ir_exact(builder)
+    tiny = builder.fcmp_ordered("<", x, _const(2.0 ** -1022))
+    xs = builder.select(tiny, builder.fmul(x, _const(2.0 ** 54), flags=_EXACT), x)
+    ix = builder.bitcast(xs, _I64)
+    e = builder.and_(builder.lshr(ix, ir.Constant(_I64, 52)), ir.Constant(_I64, 0x7FF))
+    m = builder.bitcast(builder.or_(builder.and_(ix, ir.Constant(_I64, (1 << 52) - 1)),
+                                    ir.Constant(_I64, 1023 << 52)), _F64)          # [1, 2)
+    big = builder.fcmp_ordered(">", m, _const(math.sqrt(2.0)))
+    m = builder.select(big, mul(m, _const(0.5)), m)
+    k = builder.add(builder.sub(e, builder.select(tiny, ir.Constant(_I64, 1023 + 54), ir.Constant(_I64, 1023))),
+                    builder.zext(big, _I64))
+    kf = builder.sitofp(k, _F64)
+    f = sub(m, _const(1.0))
+    s = builder.fdiv(f, add(_const(2.0), f), flags=_EXACT)
+    z = mul(s, s)
+    w = mul(z, z)
+    t1 = mul(w, add(_const(_LG[1]), mul(w, add(_const(_LG[3]), mul(w, _const(_LG[5]))))))
+    t2 = mul(z, add(_const(_LG[0]), mul(w, add(_const(_LG[2]), mul(w, add(_const(_LG[4]), mul(w, _const(_LG[6]))))))))
+    hfsq = mul(mul(_const(0.5), f), f)
+    inner = sub(sub(hfsq, add(mul(s, add(hfsq, add(t2, t1))), mul(kf, _const(LN2_LO)))), f)
+    return sub(mul(kf, _const(LN2_HI)), inner)
+
+
+def _ir_log(builder, x):
+    res = _ir_log_positive(builder, x)
+    res = builder.select(builder.fcmp_ordered("==", x, _const(math.inf)), x, res)
+    res = builder.select(builder.fcmp_ordered("==", x, _const(0.0)), _const(-math.inf), res)
+    res = builder.select(builder.fcmp_ordered("<", x, _const(0.0)), _const(math.nan), res)
+    return builder.select(builder.fcmp_unordered("uno", x, x), x, res)
+
+
+def _ir_log1p(builder, x):
+    """log(u) + c / u, u = fl(1 + x) and c = x - (u - 1) its rounding error (exact)."""
+    add, sub, _, _ = _ir_exact(builder)
+    u = add(_const(1.0), x)
+    c = sub(x, sub(u, _const(1.0)))
+    res = add(_ir_log_positive(builder, u), builder.fdiv(c, u, flags=_EXACT))
+    res = builder.select(builder.fcmp_ordered("==", x, _const(math.inf)), x, res)
+    res = builder.select(builder.fcmp_ordered("==", x, _const(0.0)), x, res)        # log1p(-0.0) is -0.0
+    res = builder.select(builder.fcmp_ordered("==", x, _const(-1.0)), _const(-math.inf), res)
+    res = builder.select(builder.fcmp_ordered("<", x, _const(-1.0)), _const(math.nan), res)
+    return builder.select(builder.fcmp_unordered("uno", x, x), x, res)
+
+
 def _unary_intrinsic(emit, doc):
     @intrinsic
     def fn(typingctx, x):
@@ -312,6 +371,8 @@ expm1 = _unary_intrinsic(_ir_expm1, "e**x - 1 without cancellation near 0")
 tanh = _unary_intrinsic(_ir_tanh, "tanh(x) from expm1")
 sin = _unary_intrinsic(_ir_sin, "sin(x), vectorizable, within 1 ulp for every double")
 cos = _unary_intrinsic(_ir_cos, "cos(x), vectorizable, within 1 ulp for every double")
+log = _unary_intrinsic(_ir_log, "log(x), vectorizable, within 0.8 ulp (fdlibm's method)")
+log1p = _unary_intrinsic(_ir_log1p, "log(1 + x) without cancellation, vectorizable, within 1.2 ulp")
 
 
 def _extremum(greater):
@@ -344,7 +405,7 @@ minimum = _extremum(False)
 if numba.config.DISABLE_JIT:
     # NUMBA_DISABLE_JIT=1 runs generated kernels as plain Python (for pdb and readable
     # tracebacks); intrinsics have no Python form, so use NumPy's functions there.
-    exp, expm1, tanh, sin, cos = np.exp, np.expm1, np.tanh, np.sin, np.cos
+    exp, expm1, tanh, sin, cos, log, log1p = np.exp, np.expm1, np.tanh, np.sin, np.cos, np.log, np.log1p
     maximum, minimum = np.maximum, np.minimum
 
 
