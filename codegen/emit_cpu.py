@@ -139,17 +139,19 @@ SPECIAL_IMPORT = "from jitgraph.codegen import mathlib as _ml"   # only where `_
 F64_RESULT = ("exp", "expm1", "tanh", "sin", "cos", "log", "log1p", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
               "betaln", "gammainc", "gammaincc", "betainc", "betaincc")
 
-# sin and cos inline about 130 LLVM instructions each (mathlib's table-driven reduction), which
-# vectorize: 2.6x libm's speed in a loop of arguments in [-10, 10]. Their compile cost grows
-# faster than the count of call sites (+0.3 s for a program of 14, +7.5 s for the 100 of
-# w4's 50-deep chain, whose small arguments glibc's sin also handles fast); a graph (a program,
-# or a loop body or branch of one) with more sites than this calls libm instead.
-INLINE_TRIG_MAX = 32
+# sin and cos inline about 130 LLVM instructions each (mathlib's table-driven reduction), log
+# and log1p about 40, which vectorize: 2.6x libm's speed in a loop of arguments in [-10, 10]
+# (sin), 2.7x and 6x (log, log1p). Their compile cost grows faster than the count of call
+# sites (+0.3 s for a program of 14 sin/cos, +7.5 s for the 100 of w4's 50-deep chain, whose
+# small arguments glibc's sin also handles fast; 100 log/log1p sites 3.9 s against 1.6 s); a
+# graph (a program, or a loop body or branch of one) with more sites than this calls libm instead.
+INLINE_MATH = ("sin", "cos", "log", "log1p")
+INLINE_MATH_MAX = 32
 
 
-def spell_libm_trig(name, dtype):
-    """spell(), with sin and cos as NumPy's ufuncs (libm calls)."""
-    return (f"np.{name}", None) if name in ("sin", "cos") else spell(name, dtype)
+def spell_libm_math(name, dtype):
+    """spell(), with INLINE_MATH's functions as NumPy's ufuncs (libm calls)."""
+    return (f"np.{name}", None) if name in INLINE_MATH else spell(name, dtype)
 
 
 # op name -> lowering of a library op (a step of its own): fn(em, node, v, x); see ops_cpu.py
@@ -210,8 +212,8 @@ class Emitter(EmitterBase):
         self.imports = []         # module-level imports lowerings need (`require`)
         self.driver = False
         self.driver_views = {}    # a Python entry's workspace views: expression -> index in V
-        if sum(n.op in ("sin", "cos") for n in graph.nodes) > INLINE_TRIG_MAX:
-            self.spell = spell_libm_trig
+        if sum(n.op in INLINE_MATH for n in graph.nodes) > INLINE_MATH_MAX:
+            self.spell = spell_libm_math
 
     spell = staticmethod(spell)
 

@@ -24,7 +24,7 @@ sin, cos: the argument is reduced by pi/2 with a table of (2**E 2/pi) mod 4 (Pay
 branch-free: the row is a gather) and fdlibm's polynomials evaluated on the two-word remainder.
 Measured against mpmath: at most 0.73 ulp over every binade, including doubles within 2**-61 of
 a multiple of pi/2; 2.6x faster than libm in a 1M-element loop of arguments in [-10, 10]
-(6.3 ms vs 16.4 ms). Each call site inlines about 130 instructions: see emit_cpu.INLINE_TRIG_MAX.
+(6.3 ms vs 16.4 ms). Each call site inlines about 130 instructions: see emit_cpu.INLINE_MATH_MAX.
 """
 import functools
 import math

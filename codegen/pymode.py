@@ -24,10 +24,11 @@ def njit(*args, **kwargs):
 
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
-mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos)
+mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos,
+                                log=np.log, log1p=np.log1p)
 _RUNTIME = {name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
             for name in ("matmul2d", "matmul2d_acc", "matmul_batched", "matmul_strided", "gather", "scatter_add", "scatter_set",
-                         "copy", "copy_py", "slot_view", "broadcast_into", "contiguous")}
+                         "copy", "copy_py", "slot_view", "broadcast_into", "contiguous", "combine_parts")}
 runtime = types.SimpleNamespace(**_RUNTIME,
                                 slot=_runtime.slot_view, c_view=_runtime.c_view_py, call=_runtime.call,
                                 strided=_runtime.strided_py, strided_py=_runtime.strided_py,

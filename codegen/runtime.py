@@ -16,7 +16,6 @@ from numba.np.arrayobj import _empty_nd_impl, populate_array
 from .blas import blas_threads_local, gemm_cols, gemm_inner, gemm_rows
 from .build import enable_cache, helpers_cache_dir
 from .launch import chunk_njit, group_njit, loop_njit, parallel_chunks, parallel_chunks_py, parallel_self  # noqa: F401  (used by generated kernels)
-from .mathlib import maximum as _maximum, minimum as _minimum
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
@@ -511,10 +510,12 @@ def combine_parts(part, nch, out, op):
                 v = v + part[c, q]
             elif op == COMBINE_PROD:
                 v = v * part[c, q]
-            elif op == COMBINE_MAX:
-                v = _maximum(v, part[c, q])
+            elif op == COMBINE_MAX:         # np.maximum's: a NaN wins (written so Python runs it too)
+                p = part[c, q]
+                v = v if v >= p or v != v else p
             else:
-                v = _minimum(v, part[c, q])
+                p = part[c, q]
+                v = v if v <= p or v != v else p
         out[q] = v
 
 

@@ -204,6 +204,9 @@ def test_parallel_reductions_combine_their_chunks_in_helpers(dtype):
             np.testing.assert_array_equal(g, w)
     for g, w in zip(on_threads(1, f, x), got):
         np.testing.assert_allclose(g, w, **tol)
+    # the same source run as Python (backend="python"): the helper's Python form
+    for g, w in zip(jg.jit(_reductions, backend="python")(x), got):
+        np.testing.assert_allclose(g, w, **tol)
     if dtype != np.int64:
         x[437, 11] = np.nan
         got = f(x)

@@ -5,6 +5,8 @@ The op table (tests/optable/linalg.py) checks every function against finite diff
 first and second order; these tests check what a random-direction difference cannot:
 exact formulas, the triangle a function reads, subgradients at zero, errors.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -529,7 +531,7 @@ def test_a_python_entry_calls_every_kind_of_routine_argument():
     source = g.lower(a, x).source
     assert "runs as Python" in source
     for name in ("slogdet", "solve", "eigh", "pinv", "lstsq"):
-        assert f'_la.external("{name}", "float64", njit, ' in source and "python=True" in source, name
+        assert re.search(rf'_la\.external\("{name}", "float64", njit, "\w+", python=True\)', source), name
     value, grad = g(a, x)
     np.testing.assert_allclose(value, f(a, x), rtol=1e-10)
     value_e, grad_e = jg.value_and_grad(f)(a, x)

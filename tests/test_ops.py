@@ -359,3 +359,25 @@ def test_op_second_order(entry):
         scale = max(1.0, float(np.max(np.abs(d), initial=0.0)))
         np.testing.assert_allclose(he, d, rtol=1e-5, atol=1e-5 * scale)
         np.testing.assert_allclose(ht, he, rtol=1e-10, atol=1e-11 * scale)
+
+
+def test_interp_at_sample_points_and_with_infinite_values():
+    """np.interp at a sample point: its fp exactly, and the interval's slope as the gradient (a
+    select of the sample's value would give 0); a repeated last point reads the last fp; an
+    infinite fp gives NumPy's value (from the interval's other end), not NaN."""
+    def identity(x):
+        return np.sum(np.interp(x, np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0])))
+
+    x = np.array([0.5, 1.0, 1.5, 0.0, 2.0])
+    for vg in (jg.value_and_grad(identity), jg.jit_grad(identity, wait=True)):
+        value, grad = vg(x)
+        assert value == 5.0
+        np.testing.assert_array_equal(grad, np.ones(5))
+    cases = [([1.0], [0.0, 1.0, 1.0], [5.0, 3.0, 2.0]), ([0.5], [0.0, 1.0], [np.inf, np.inf]),
+             ([np.nan, 1.0, -1.0, 5.0, 2.0, 2.5], [0.0, 1.0, 2.5, 4.0], [1.0, np.inf, 2.0, 3.0]),
+             ([1.0, 2.0, 0.5, 0.0, 3.0], [0.0, 1.0, 1.0, 2.0], [0.0, 1.0, 3.0, 2.0])]
+    for x, xp, fp in cases:
+        x, xp, fp = (np.array(v) for v in (x, xp, fp))
+        want = np.interp(x, xp, fp)
+        np.testing.assert_array_equal(jg.jit(lambda x, xp, fp: np.interp(x, xp, fp), wait=True)(x, xp, fp), want)
+        np.testing.assert_array_equal(jg.value_and_grad(lambda x: np.sum(np.interp(x, xp, fp)))(x)[0], want.sum())

@@ -124,15 +124,23 @@ def test_compiled_programs_use_them_and_match_numpy(dtype):
 
 
 def test_many_call_sites_keep_libm():
-    # past INLINE_TRIG_MAX sites the inline form's compile time outgrows its gain
+    # past INLINE_MATH_MAX sites the inline form's compile time outgrows its gain
     def chain(z):
-        for _ in range(emit_cpu.INLINE_TRIG_MAX + 1):
+        for _ in range(emit_cpu.INLINE_MATH_MAX + 1):
             z = np.sin(z)
         return np.sum(z)
     z = np.linspace(0.1, 2, 50)
     src = jg.jit(chain).lower(z).source
     assert "np.sin(" in src and "_ml.sin(" not in src
     np.testing.assert_allclose(jg.jit(chain)(z), chain(z), rtol=1e-13)
+
+    def logs(z):            # log and log1p sites count with sin's and cos's
+        for _ in range(emit_cpu.INLINE_MATH_MAX // 2 + 1):
+            z = np.log1p(np.log(z + 2.0))
+        return np.sum(z)
+    src = jg.jit(logs).lower(z).source
+    assert "np.log1p(" in src and "np.log(" in src and "_ml.log" not in src
+    np.testing.assert_allclose(jg.jit(logs)(z), logs(z), rtol=1e-13)
 
 
 # ---- log, log1p -----------------------------------------------------------------------------------

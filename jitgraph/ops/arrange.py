@@ -15,7 +15,9 @@ from ..core import Tensor
 from ..errors import NotSupportedError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
+from .elementwise import multiply, where_
 from .index import getitem, setitem
+from .reduce import sum as _sum
 from .registry import implements
 from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape, stack
 
@@ -361,9 +363,17 @@ def convolve(a, v, mode="full"):
     if shape_of(v)[0] > shape_of(a)[0]:
         a, v = v, a
     n, m = shape_of(a)[0], shape_of(v)[0]
-    if mode != "valid":
-        a = pad(a, (m - 1, m - 1))
-    out = sliding_window_view(a, m) @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
+    if mode == "valid":
+        return sliding_window_view(a, m) @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
+    windows = sliding_window_view(pad(a, (m - 1, m - 1)), m)
+    if np.result_type(a.dtype, v.dtype).kind in "fc":
+        # the padding's zeros are left out of the sums, not multiplied: an infinite v times
+        # a padded zero would be NaN where NumPy sums only the overlapping products
+        at = np.arange(n + m - 1)[:, None] + np.arange(m)[None, :]     # positions in the padded a
+        out = _sum(where_(lift([windows, (at >= m - 1) & (at < n + m - 1)])[1],
+                          multiply(windows, v[::-1]), 0), axis=-1)
+    else:
+        out = windows @ v[::-1]
     if mode == "same":
         start = (m - 1) // 2
         out = out[start:start + n]

@@ -14,6 +14,7 @@ place updates the array it was taken from (`numpy_api.write_into`).
 `setitem` is `update_slice` for basic keys and `scatter_set` for advanced ones.
 """
 import builtins
+import operator
 
 import numpy as np
 
@@ -526,17 +527,18 @@ def bincount(x, weights=None, minlength=0):
     if x.ndim != 1:
         raise ValueError("object too deep for desired array" if x.ndim > 1 else "object of too small depth "
                          "for desired array")
-    if not np.can_cast(x.dtype, np.intp, "safe"):
+    if x.dtype.kind not in "biu" and x.size:
         raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') according to "
                         f"the rule 'safe'")
-    x = x.astype(np.intp)
     if x.size and x.min() < 0:
         raise ValueError("'list' argument must have no negative elements")
-    if minlength is None or minlength < 0:
+    minlength = operator.index(minlength)       # (NumPy's TypeError for None and floats)
+    if minlength < 0:
         raise ValueError("'minlength' must not be negative")
-    size = builtins.max(int(minlength), int(x.max()) + 1 if x.size else 0)
-    if weights is None:
-        return np.bincount(x, minlength=size)
+    x = x.astype(np.intp)
+    size = builtins.max(minlength, int(x.max()) + 1 if x.size else 0)
+    if weights is None or not x.size:
+        return np.bincount(x, minlength=size)   # (of no values NumPy counts, whatever the weights)
     w = cast(as_operand(weights), np.float64)
     if tuple(shape_of(w)) != x.shape:
         raise ValueError("The weights and list don't have the same length.")

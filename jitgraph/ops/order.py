@@ -662,10 +662,18 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         x0, x1 = _index_take(xp, subtract(j, 1), 0), _index_take(xp, j, 0)
         y0, y1 = _index_take(fp, subtract(j, 1), 0), _index_take(fp, j, 0)
         dx = subtract(x1, x0)
-        # a repeated sample point would divide by zero, in a branch where() does not take
-        dx = where_(equal(dx, 0.0), 1.0, dx)
-        y = add(y0, multiply(divide(subtract(y1, y0), dx), subtract(x, x0)))
-        y = where_(equal(x, x0), y0, where_(equal(x, last), _index_take(fp, n - 1, 0), y))
+        # (an interval between repeated sample points holds no x: only the last point's x lands
+        # there, and it reads y1 below; 1 spares the gradient a division by zero)
+        slope = divide(subtract(y1, y0), where_(equal(dx, 0.0), 1.0, dx))
+        # from the interval's nearer end, as NumPy: exact at a sample point (x at the last one
+        # reads y1), the slope's gradient everywhere
+        y = where_(equal(x, last), add(y1, multiply(slope, subtract(x, x1))),
+                   add(y0, multiply(slope, subtract(x, x0))))
+        # NumPy's way out of an infinite fp: the value at a sample point, then the other end
+        y = where_(logical_and(_isnan(y), equal(x, x0)), y0, y)
+        other = add(y1, multiply(slope, subtract(x, x1)))
+        y = where_(_isnan(y), where_(logical_and(_isnan(other), equal(y0, y1)), y0, other), y)
+        y = where_(_isnan(x), x, y)
     return where_(less(x, first), y_left, where_(less(last, x), y_right, y))
 
 
