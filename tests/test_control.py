@@ -20,7 +20,7 @@ def fd_grad(f, x, eps=1e-6):
     return g
 
 
-def close(a, b, rtol=1e-12, atol=1e-13):
+def assert_close(a, b, rtol=1e-12, atol=1e-13):
     np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
 
@@ -39,10 +39,10 @@ def test_cond_takes_either_branch_in_one_compiled_graph(backend):
     for xx in (x, -x):         # the two calls take different branches
         v, (gx, gw) = f(xx, w)
         v_ref, (gx_ref, gw_ref) = jg.value_and_grad(f_cond, argnums=(0, 1))(xx, w)
-        close(v, v_ref)
-        close(gx, gx_ref)
-        close(gw, gw_ref)
-        close(gx, fd_grad(lambda t: f_cond(t, w), xx), rtol=1e-7, atol=1e-8)
+        assert_close(v, v_ref)
+        assert_close(gx, gx_ref)
+        assert_close(gw, gw_ref)
+        assert_close(gx, fd_grad(lambda t: f_cond(t, w), xx), rtol=1e-7, atol=1e-8)
     assert f.cache_info().traces == 1
     text = str(f.lower(x, w).graph)
     assert "cond[" in text and text.count("{ lambda") >= 3
@@ -105,10 +105,10 @@ def test_fori_loop_gradient_is_a_real_loop(backend):
     f = jg.jit_grad(euler, argnums=(0, 1), backend=backend)
     v, (gk, gy) = f(k, y0)
     v_ref, (gk_ref, gy_ref) = jg.value_and_grad(euler, argnums=(0, 1))(k, y0)   # Python loop
-    close(v, v_ref)
-    close(gk, gk_ref)
-    close(gy, gy_ref)
-    close(gk, fd_grad(lambda t: euler(t, y0), k), rtol=1e-6, atol=1e-8)
+    assert_close(v, v_ref)
+    assert_close(gk, gk_ref)
+    assert_close(gy, gy_ref)
+    assert_close(gk, fd_grad(lambda t: euler(t, y0), k), rtol=1e-6, atol=1e-8)
     low = f.lower(k, y0)
     assert "for " in low.source and "range(n" in low.source       # trip count is not unrolled
     assert low.source.count("np.sin") <= 4
@@ -128,10 +128,10 @@ def test_scan_gradients(backend):
     w, xs = rng.standard_normal(3), rng.standard_normal((7, 3))
     v, (gw, gxs) = jg.jit_grad(f_scan, argnums=(0, 1), backend=backend)(w, xs)
     v_ref, (gw_ref, gxs_ref) = jg.value_and_grad(f_scan, argnums=(0, 1))(w, xs)
-    close(v, v_ref)
-    close(gw, gw_ref)
-    close(gxs, gxs_ref)
-    close(gw, fd_grad(lambda t: f_scan(t, xs), w), rtol=1e-6, atol=1e-8)
+    assert_close(v, v_ref)
+    assert_close(gw, gw_ref)
+    assert_close(gxs, gxs_ref)
+    assert_close(gw, fd_grad(lambda t: f_scan(t, xs), w), rtol=1e-6, atol=1e-8)
 
 
 def test_scan_reverse_and_pytree_carry():
@@ -146,9 +146,9 @@ def test_scan_reverse_and_pytree_carry():
     a, xs = np.array([0.3, -0.7]), np.linspace(-1, 1, 10).reshape(5, 2)
     v, g = jg.jit_grad(f, argnums=(0, 1), backend="python")(a, xs)
     v_ref, g_ref = jg.value_and_grad(f, argnums=(0, 1))(a, xs)
-    close(v, v_ref)
-    close(g[0], g_ref[0])
-    close(g[1], g_ref[1])
+    assert_close(v, v_ref)
+    assert_close(g[0], g_ref[0])
+    assert_close(g[1], g_ref[1])
 
 
 def test_nested_loops():
@@ -161,9 +161,9 @@ def test_nested_loops():
     w = np.array([0.9, 1.1])
     v, g = jg.jit_grad(f, backend="python")(w)
     v_ref, g_ref = jg.value_and_grad(f)(w)
-    close(v, v_ref)
-    close(g, g_ref)
-    close(g, fd_grad(f, w), rtol=1e-6, atol=1e-8)
+    assert_close(v, v_ref)
+    assert_close(g, g_ref)
+    assert_close(g, fd_grad(f, w), rtol=1e-6, atol=1e-8)
     src = jg.jit_grad(f, backend="python").lower(w).source
     assert "s0_s0_kernel" in src or "s0_kernel" in src
 
@@ -173,8 +173,8 @@ def test_traced_trip_count_and_while_loop_forward_only():
         return jg.fori_loop(0, n, lambda i, c: c * 1.5, x)
 
     f = jg.jit(power, backend="python")
-    close(f(np.ones(2), 3), np.full(2, 1.5 ** 3))
-    close(f(np.ones(2), 5), np.full(2, 1.5 ** 5))
+    assert_close(f(np.ones(2), 3), np.full(2, 1.5 ** 3))
+    assert_close(f(np.ones(2), 5), np.full(2, 1.5 ** 5))
     assert f.cache_info().traces == 1            # n is a traced scalar: one graph for every n
     with pytest.raises(jg.GradError, match="fori_loop with a traced bound is not reverse-differentiable"):
         jg.jit_grad(lambda x, n: np.sum(power(x, n)), backend="python")(np.ones(2), 3)
@@ -182,8 +182,8 @@ def test_traced_trip_count_and_while_loop_forward_only():
     def doubling(x):
         return jg.while_loop(lambda c: np.sum(c) < 100, lambda c: c * 2, x)
 
-    close(jg.jit(doubling, backend="python")(np.ones(3)), np.full(3, 64.0))
-    close(doubling(np.ones(3)), np.full(3, 64.0))
+    assert_close(jg.jit(doubling, backend="python")(np.ones(3)), np.full(3, 64.0))
+    assert_close(doubling(np.ones(3)), np.full(3, 64.0))
     with pytest.raises(jg.GradError, match="while_loop is not reverse-differentiable"):
         jg.jit_grad(lambda x: np.sum(doubling(x)), backend="python")(np.ones(3))
 
@@ -206,9 +206,9 @@ def test_long_fori_loop_compiles_as_one_loop():
     for i in range(9_999, -1, -1):
         gk_ref += lam * (-1e-4 * ys[i])
         lam = lam * (1 - 1e-4 * k)
-    close(v, np.sum(ys[-1] ** 2))
-    close(gk, gk_ref, rtol=1e-10)
-    close(gy, lam, rtol=1e-10)
+    assert_close(v, np.sum(ys[-1] ** 2))
+    assert_close(gk, gk_ref, rtol=1e-10)
+    assert_close(gy, lam, rtol=1e-10)
     assert len(f.lower(k, y0).graph.nodes) < 40
 
 
@@ -254,7 +254,7 @@ def test_loop_buffers_keep_every_carry():
     want = carries_that_move(x, xs)            # outside a trace: Python loops
     flat = jg.tree.tree_flatten(got)[0]
     for g, w in zip(flat, jg.tree.tree_flatten(want)[0]):
-        close(g, w)
+        assert_close(g, w)
     kept = [np.array(g, copy=True) for g in flat]
     again = jg.tree.tree_flatten(f(x * 2.0 - 1.0, xs[::-1].copy()))[0]
     for g, k in zip(flat, kept):          # a later call leaves earlier results alone
@@ -281,9 +281,9 @@ def test_loops_in_a_python_entry(monkeypatch):
     for _ in range(2):
         v, (gW, gU) = f(W, U, xs)
         v_ref, (gW_ref, gU_ref) = jg.value_and_grad(rnn_loss, argnums=(0, 1))(W, U, xs)
-        close(v, v_ref)
-        close(gW, gW_ref)
-        close(gU, gU_ref)
+        assert_close(v, v_ref)
+        assert_close(gW, gW_ref)
+        assert_close(gU, gU_ref)
 
 
 def rnn_loss(W, U, xs):
@@ -309,12 +309,12 @@ def test_scan_gradient_stores_products_instead_of_recomputing():
     assert sum(n.op == "matmul" for n in bwd.p["body"].nodes) == 3
     v, (gW, gU) = f(W, U, xs)
     v_ref, (gW_ref, gU_ref) = jg.value_and_grad(rnn_loss, argnums=(0, 1))(W, U, xs)
-    close(v, v_ref)
-    close(gW, gW_ref)
-    close(gU, gU_ref)
-    close(gW, fd_grad(lambda t: rnn_loss(t, U, xs), W), rtol=1e-6, atol=1e-8)
+    assert_close(v, v_ref)
+    assert_close(gW, gW_ref)
+    assert_close(gU, gU_ref)
+    assert_close(gW, fd_grad(lambda t: rnn_loss(t, U, xs), W), rtol=1e-6, atol=1e-8)
     g2 = jg.jit_grad(lambda W: np.sum(jg.grad(rnn_loss)(W, U, xs) ** 2), backend="python")
-    close(g2(W)[1], fd_grad(lambda t: np.sum(jg.grad(rnn_loss)(t, U, xs) ** 2), W, eps=1e-5),
+    assert_close(g2(W)[1], fd_grad(lambda t: np.sum(jg.grad(rnn_loss)(t, U, xs) ** 2), W, eps=1e-5),
           rtol=1e-5, atol=1e-7)
 
 
@@ -335,9 +335,9 @@ def test_jit_grad_of_a_function_that_takes_gradients():
     v_ref, g_ref = jg.value_and_grad(gnorm)(x)
     for fun in (gnorm, gnorm_jit):
         v, g = jg.jit_grad(fun, backend="python")(x)
-        close(v, v_ref)
-        close(g, g_ref)
-    close(g_ref, fd_grad(gnorm, x), rtol=1e-6, atol=1e-8)
+        assert_close(v, v_ref)
+        assert_close(g, g_ref)
+    assert_close(g_ref, fd_grad(gnorm, x), rtol=1e-6, atol=1e-8)
 
 
 SECOND_ORDER = [
@@ -401,7 +401,7 @@ def test_hvp_compiled_matches_python_backend():
 
     rng = np.random.default_rng(4)
     w, x, v = rng.standard_normal((4, 3)), rng.standard_normal((6, 4)), rng.standard_normal((4, 3))
-    close(jg.hvp(f)(w, x, v), jg.hvp(f, backend="python")(w, x, v))
+    assert_close(jg.hvp(f)(w, x, v), jg.hvp(f, backend="python")(w, x, v))
 
 
 def test_hvp_through_cond_and_fori_loop():

@@ -68,7 +68,7 @@ def _data(rng, N=200, D=6, C=3):
     return rng.standard_normal((N, D)), rng.standard_normal((N, C))
 
 
-def _close(a, b):
+def _assert_close(a, b):
     la, ta = jg.tree_flatten(a)
     lb, tb = jg.tree_flatten(b)
     assert ta == tb
@@ -106,7 +106,7 @@ def test_compiled_function_pickles_cheaply_and_runs_on_a_worker(client):
     cloudpickle = pytest.importorskip("cloudpickle")
     assert len(cloudpickle.dumps(f)) < 2000
     remote = client.submit(lambda g, *a: g(*a), f, p, X, Y, pure=False).result()
-    _close(remote, ref)
+    _assert_close(remote, ref)
 
 
 # ---- equality with the single-process result ------------------------------------------------------
@@ -118,7 +118,7 @@ def test_matches_single_process_on_concatenated_data(client, reduce, fun):
     ref = jg.jit_grad(fun)(p, X, Y)
     step = jgd.value_and_grad(fun, reduce=reduce, client=client)
     out = step(p, da.from_array(X, chunks=(50, 6)), da.from_array(Y, chunks=(50, 3)))
-    _close(out, ref)
+    _assert_close(out, ref)
     assert isinstance(out[1]["W1"], np.ndarray) and out[1]["W1"].shape == (6, 5)
 
 
@@ -133,7 +133,7 @@ def test_several_argnums_pytree_data_and_broadcast_arguments(client):
     step = jgd.value_and_grad(softmax_xent, argnums=(0, 2), reduce="mean", client=client)
     batch = (da.from_array(X, chunks=60), da.from_array(Y, chunks=(60, 2)))   # Y split on axis 1
     value, (gW, gb) = step(W, batch, b, scale)
-    _close((value, (gW, gb)), ref)
+    _assert_close((value, (gW, gb)), ref)
     assert gW.shape == (D, C) and gb.shape == (C,)
 
 
@@ -145,7 +145,7 @@ def test_unequal_chunks_are_weighted_by_size(client):
     # an empty chunk, a one-sample chunk, and Y chunked differently from X (rechunked to match)
     Xd = da.from_array(X, chunks=((1, 7, 0, 80, 13), (6,)))
     out = step(p, Xd, da.from_array(Y, chunks=(25, 3)))
-    _close(out, ref)
+    _assert_close(out, ref)
     # an unweighted mean of the chunk means would differ
     sizes = (1, 7, 80, 13)
     ends = np.cumsum(sizes)
@@ -153,7 +153,7 @@ def test_unequal_chunks_are_weighted_by_size(client):
     assert abs(np.mean(chunk_means) - out[0]) > 1e-6
     # NumPy data named in data_argnums is split to match the Dask chunks
     out2 = jgd.value_and_grad(mlp_mean, reduce="mean", client=client, data_argnums=(1, 2))(p, Xd, Y)
-    _close(out2, ref)
+    _assert_close(out2, ref)
 
 
 def test_numpy_data_is_split_across_workers_or_broadcast(client):
@@ -161,12 +161,12 @@ def test_numpy_data_is_split_across_workers_or_broadcast(client):
     p, (X, Y) = _params(rng), _data(rng, N=77)
     ref = jg.jit_grad(mlp_sum)(p, X, Y)
     split = jgd.value_and_grad(mlp_sum, client=client, data_argnums=(1, 2))
-    _close(split(p, X, Y), ref)
+    _assert_close(split(p, X, Y), ref)
     # without data_argnums, NumPy arguments are broadcast: Y whole to every task, X chunked
     Yb = rng.standard_normal(3)
     ref_b = jg.jit_grad(mlp_sum)(p, X, Yb)
     bcast = jgd.value_and_grad(mlp_sum, client=client)
-    _close(bcast(p, da.from_array(X, chunks=20), Yb), ref_b)
+    _assert_close(bcast(p, da.from_array(X, chunks=20), Yb), ref_b)
 
 
 def test_local_scheduler_without_a_client():
@@ -176,7 +176,7 @@ def test_local_scheduler_without_a_client():
     with dask.config.set(scheduler="threads"):
         out = jgd.value_and_grad(mlp_mean, reduce="mean")(p, da.from_array(X, chunks=40),
                                                          da.from_array(Y, chunks=40))
-    _close(out, ref)
+    _assert_close(out, ref)
 
 
 def test_bad_arguments_are_reported():
@@ -223,7 +223,7 @@ def test_compiled_once_per_worker_and_traced_once_per_signature(client):
     Xd = da.from_array(X, chunks=8)                                        # 12 equal chunks
     ref = jg.jit_grad(counted_loss)(w, X)
     for _ in range(3):
-        _close(step(w, Xd), ref)
+        _assert_close(step(w, Xd), ref)
     info = {a: i for a, i in step.worker_cache_info().items() if i is not None}
     assert info, "no worker ran the function"
     assert sum(i.traces + i.hits for i in info.values()) == 3 * 12      # one call per task
@@ -282,7 +282,7 @@ def test_a_worker_killed_mid_run_is_survived(client):
         done.set()
         killer.join()
     assert at_kill == [(True, True)]          # mid-run, with tasks assigned to the victim
-    _close(out, ref)
+    _assert_close(out, ref)
     client.wait_for_workers(2, timeout=60)    # the nanny restarts it; later tests get two workers
     assert victim not in client.run(os.getpid).values()
-    _close(step(p, Xd, Yd), ref)
+    _assert_close(step(p, Xd, Yd), ref)

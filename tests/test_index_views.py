@@ -13,7 +13,7 @@ import jitgraph as jg
 from jitgraph import codegen
 
 
-def _agree(fun, *args, argnums=0):
+def _assert_agree(fun, *args, argnums=0):
     v0, g0 = jg.value_and_grad(fun, argnums)(*args)
     f = jg.jit_grad(fun, argnums=argnums)
     v1, g1 = f(*args)
@@ -33,7 +33,7 @@ def _stencil(u, w):
 
 def test_stencil_gradient_is_index_arithmetic(rng):
     u, w = rng.standard_normal((9, 7)), rng.standard_normal((9, 7))
-    low = _agree(_stencil, u, w)
+    low = _assert_agree(_stencil, u, w)
     kernel = low.source.split("def kernel")[1]
     # forward and adjoint: no slice copies, no concatenate, no zero-filled pad buffers
     assert "_rt.copy" not in kernel and "concatenate(" not in kernel and "[...] = 0" not in kernel
@@ -53,7 +53,7 @@ def test_strided_reversed_and_concatenated_views(rng):
         d = np.concatenate([y, x[::2], y[::-1]], axis=0)
         return np.sum(a * np.cos(a)) + np.sum(b ** 3) + np.sum(c * x) + np.sum(np.tanh(d))
 
-    _agree(f, x, y, argnums=(0, 1))
+    _assert_agree(f, x, y, argnums=(0, 1))
 
 
 def test_views_shift_values_a_loop_may_overwrite(rng):
@@ -66,7 +66,7 @@ def test_views_shift_values_a_loop_may_overwrite(rng):
         v = np.roll(u, 2, axis=1) - u
         return np.sum(v * w)
 
-    _agree(f, x, w)
+    _assert_agree(f, x, w)
 
 
 def test_views_taken_as_arrays_are_stored_once(rng):
@@ -115,7 +115,7 @@ def test_constant_gathers_are_views(rng):
         e = np.pad(x, ((1, 2), (0, 1)), mode="edge")
         return np.sum(conv ** 2) + np.sum(np.sin(p)) + np.sum(e * e[::-1])
 
-    low = _agree(f, x, w, argnums=(0, 1))
+    low = _assert_agree(f, x, w, argnums=(0, 1))
     forward = low.source.split("def kernel")[1].split("backward")[0]
     assert "_rt.gather(" not in forward
 
@@ -155,8 +155,8 @@ def test_long_programs_share_loop_functions_across_slice_offsets(rng):
     assert "_rt.copy" not in kernel and "_rt.copy" in plain[1].split("def kernel")[1]
     # a gate's slice read at a parameter offset, the same text for every step
     assert re.search(r"def \w+\([^)]*\bo[a-z]+_[0-9]", source)
-    _agree(loss, W, xs)
-    _agree(loss, W, xs, argnums=1)
+    _assert_agree(loss, W, xs)
+    _assert_agree(loss, W, xs, argnums=1)
 
 
 def test_slice_offsets_as_parameters_for_every_kind_of_slice(rng, monkeypatch):
@@ -184,5 +184,5 @@ def test_slice_offsets_as_parameters_for_every_kind_of_slice(rng, monkeypatch):
         part, source, em = codegen.generate(graph)
         assert em.driver and part.index_views
         counts.append(len(em.functions))
-        _agree(program(T), X, w, argnums=(0, 1))
+        _assert_agree(program(T), X, w, argnums=(0, 1))
     assert counts[1] == counts[0]

@@ -47,7 +47,7 @@ def assert_same(got, want, rtol=0.0):
         np.testing.assert_array_equal(got, want)
 
 
-def all_modes(fn, *args, compiled=("python",)):
+def assert_all_modes(fn, *args, compiled=("python",)):
     """fn(*args) eagerly and traced (exactly NumPy's fn(*args): both run NumPy's reference
     implementations), and compiled with each backend (to rounding: compiled sums may add in
     another order; orderings and indices exactly)."""
@@ -86,33 +86,33 @@ def test_sort_helper_is_stable_with_nan_last(n):
 def test_argsort_ties_are_stable_in_every_mode(axis, dtype):
     x = ties((5, 40), nan=False, dtype=dtype)
     fn = lambda x: np.argsort(x, axis=axis, kind="stable")   # noqa: E731
-    all_modes(fn, x, compiled=("python", "numba"))
-    all_modes(lambda x: np.sort(x, axis=axis), x)
+    assert_all_modes(fn, x, compiled=("python", "numba"))
+    assert_all_modes(lambda x: np.sort(x, axis=axis), x)
 
 
 def test_argsort_of_booleans_and_the_default_kind():
     b = ties((3, 20)) > 0
-    all_modes(lambda b: np.argsort(b, axis=1, kind="stable"), b)
+    assert_all_modes(lambda b: np.argsort(b, axis=1, kind="stable"), b)
     # with distinct values every kind gives the one order
     x = np.random.default_rng(1).standard_normal((4, 50))
-    all_modes(lambda x: np.argsort(x), x)
+    assert_all_modes(lambda x: np.argsort(x), x)
     assert_same(traced(lambda x: np.argsort(x, kind="quicksort"), x), np.argsort(x, kind="stable"))
 
 
 def test_sort_puts_nan_last_and_argsort_keeps_nan_order():
     x = ties((6, 30), seed=2, nan=True)
     for axis in (0, 1, None):
-        all_modes(lambda x: np.sort(x, axis=axis), x, compiled=("python", "numba"))
-        all_modes(lambda x: np.argsort(x, axis=axis, kind="stable"), x)
+        assert_all_modes(lambda x: np.sort(x, axis=axis), x, compiled=("python", "numba"))
+        assert_all_modes(lambda x: np.argsort(x, axis=axis, kind="stable"), x)
 
 
 def test_zero_d_and_empty_sorts():
     z = np.array(2.5)
-    all_modes(lambda z: np.argsort(z), z)
-    all_modes(lambda z: np.sort(z, axis=None), z)
+    assert_all_modes(lambda z: np.argsort(z), z)
+    assert_all_modes(lambda z: np.sort(z, axis=None), z)
     e = np.ones((3, 0))
-    all_modes(lambda e: np.sort(e, axis=1), e)
-    all_modes(lambda e: np.argsort(e, axis=0), e)
+    assert_all_modes(lambda e: np.sort(e, axis=1), e)
+    assert_all_modes(lambda e: np.argsort(e, axis=0), e)
     with pytest.raises(ValueError):
         jg.make_graph(lambda z: np.sort(z))(z)
 
@@ -156,24 +156,24 @@ def test_arg_extremes_ties_and_nan(name, axis, keepdims):
     if name.startswith("nan"):
         x[1, 3] = x[4, 0] = np.nan      # NaN, but no all-NaN slice
     f = lambda x: fn(x, axis=axis, keepdims=keepdims)   # noqa: E731
-    all_modes(f, x, compiled=("python", "numba"))
+    assert_all_modes(f, x, compiled=("python", "numba"))
 
 
 def test_arg_extremes_of_nan_ints_bools_and_zero_d():
     x = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, 2.0, -np.inf, -np.inf], [0.0, -0.0, 0.0, -0.0]])
     for f in (np.argmax, np.argmin):
-        all_modes(lambda x: f(x, axis=1), x)
-        all_modes(lambda x: f(x), x)
-    all_modes(lambda i: np.argmax(i, axis=0), ties((5, 3), dtype=np.int32))
-    all_modes(lambda x: np.argmin(x > 0, axis=1), ties((4, 5)))
-    all_modes(lambda z: np.argmax(z), np.array(3.0))
-    all_modes(lambda z: np.argmax(z, axis=0, keepdims=True), np.array(3.0))
+        assert_all_modes(lambda x: f(x, axis=1), x)
+        assert_all_modes(lambda x: f(x), x)
+    assert_all_modes(lambda i: np.argmax(i, axis=0), ties((5, 3), dtype=np.int32))
+    assert_all_modes(lambda x: np.argmin(x > 0, axis=1), ties((4, 5)))
+    assert_all_modes(lambda z: np.argmax(z), np.array(3.0))
+    assert_all_modes(lambda z: np.argmax(z, axis=0, keepdims=True), np.array(3.0))
 
 
 def test_arg_extremes_of_empty_and_all_nan_slices_raise():
     with pytest.raises(ValueError, match="attempt to get argmax of an empty sequence"):
         jg.make_graph(lambda x: np.argmax(x, axis=0))(np.ones((0, 3)))
-    all_modes(lambda x: np.argmin(x, axis=1), np.ones((0, 3)))
+    assert_all_modes(lambda x: np.argmin(x, axis=1), np.ones((0, 3)))
     x = np.array([[np.nan, np.nan], [1.0, np.nan]])
     with pytest.raises(ValueError, match="All-NaN slice encountered"):
         eager(lambda x: np.nanargmax(x, axis=1), x)
@@ -185,28 +185,28 @@ def test_arg_extremes_of_empty_and_all_nan_slices_raise():
 def test_cumsum_cumprod_dtypes(dtype, want):
     x = (np.arange(12).reshape(3, 4) % 3).astype(dtype)
     for fn in (np.cumsum, np.cumprod):
-        r = all_modes(lambda x: fn(x, axis=1), x)
+        r = assert_all_modes(lambda x: fn(x, axis=1), x)
         assert r.dtype == want
-        all_modes(lambda x: fn(x), x)
-    all_modes(lambda x: np.cumsum(x, axis=0, dtype=np.float32), x)
-    all_modes(lambda x: np.cumsum(x, axis=0, dtype=bool), x)
-    all_modes(lambda x: np.cumprod(x, axis=1, dtype=bool), x)
+        assert_all_modes(lambda x: fn(x), x)
+    assert_all_modes(lambda x: np.cumsum(x, axis=0, dtype=np.float32), x)
+    assert_all_modes(lambda x: np.cumsum(x, axis=0, dtype=bool), x)
+    assert_all_modes(lambda x: np.cumprod(x, axis=1, dtype=bool), x)
 
 
 def test_scans_of_empty_size_one_and_zero_d():
     for x in (np.ones((3, 0)), np.ones((0, 2)), np.ones((3, 1))):
         for axis in (0, 1, None):
-            all_modes(lambda x: np.cumsum(x, axis=axis), x)
-            all_modes(lambda x: np.cumprod(x, axis=axis), x)
-    all_modes(lambda z: np.cumsum(z), np.array(2.0))
-    all_modes(lambda z: np.cumprod(z, axis=0), np.array(2.0))
+            assert_all_modes(lambda x: np.cumsum(x, axis=axis), x)
+            assert_all_modes(lambda x: np.cumprod(x, axis=axis), x)
+    assert_all_modes(lambda z: np.cumsum(z), np.array(2.0))
+    assert_all_modes(lambda z: np.cumprod(z, axis=0), np.array(2.0))
 
 
 def test_cumsum_adds_in_order_like_numpy():
     """Running sums in float32 round at every step: every target adds in NumPy's order."""
     x = np.random.default_rng(5).standard_normal((4, 3000)).astype(np.float32) * 1e4
-    all_modes(lambda x: np.cumsum(x, axis=1), x, compiled=("python", "numba"))
-    all_modes(lambda x: np.cumsum(x, axis=0), x)
+    assert_all_modes(lambda x: np.cumsum(x, axis=1), x, compiled=("python", "numba"))
+    assert_all_modes(lambda x: np.cumsum(x, axis=0), x)
 
 
 def test_cumprod_gradient_is_exact_with_zeros():
@@ -245,11 +245,11 @@ def test_cumprod_gradient_is_exact_with_zeros():
 
 def test_diff_forms():
     x = np.random.default_rng(7).standard_normal((3, 5))
-    all_modes(lambda x: np.diff(x, n=7, axis=1), x)           # n past the length: empty
-    all_modes(lambda x: np.diff(x, n=0), x)
-    all_modes(lambda x: np.diff(x, axis=0, prepend=x[:1], append=2), x)
-    all_modes(lambda x: np.diff(x > 0), x)
-    all_modes(lambda x: np.diff(x, prepend=0), x.astype(np.float32))   # float64 like NumPy
+    assert_all_modes(lambda x: np.diff(x, n=7, axis=1), x)           # n past the length: empty
+    assert_all_modes(lambda x: np.diff(x, n=0), x)
+    assert_all_modes(lambda x: np.diff(x, axis=0, prepend=x[:1], append=2), x)
+    assert_all_modes(lambda x: np.diff(x > 0), x)
+    assert_all_modes(lambda x: np.diff(x, prepend=0), x.astype(np.float32))   # float64 like NumPy
     with pytest.raises(ValueError, match="order must be non-negative"):
         jg.make_graph(lambda x: np.diff(x, n=-1))(x)
     with pytest.raises(ValueError, match="at least one dimensional"):
@@ -291,10 +291,10 @@ def test_gradient_with_traced_coordinates():
 # ---- gathers along an axis and np.take's modes --------------------------------------------------------------
 def test_take_along_axis_broadcasts_and_counts_from_the_end():
     x = np.arange(24.0).reshape(2, 3, 4)
-    all_modes(lambda x: np.take_along_axis(x, np.array([[[3, -1, 0]]]), axis=2), x)
-    all_modes(lambda x: np.take_along_axis(x, np.array([[[1]], [[-2]]]), axis=1), x)
-    all_modes(lambda x: np.take_along_axis(x, np.array([23, -24, 5]), axis=None), x)
-    all_modes(lambda x, i: np.take_along_axis(x, i, axis=0), x, np.array([[[1], [0], [1]]], np.int32))
+    assert_all_modes(lambda x: np.take_along_axis(x, np.array([[[3, -1, 0]]]), axis=2), x)
+    assert_all_modes(lambda x: np.take_along_axis(x, np.array([[[1]], [[-2]]]), axis=1), x)
+    assert_all_modes(lambda x: np.take_along_axis(x, np.array([23, -24, 5]), axis=None), x)
+    assert_all_modes(lambda x, i: np.take_along_axis(x, i, axis=0), x, np.array([[[1], [0], [1]]], np.int32))
     with pytest.raises(ValueError, match="same number of dimensions"):
         jg.make_graph(lambda x: np.take_along_axis(x, np.array([0]), axis=0))(x)
     with pytest.raises(IndexError, match="integer array"):
@@ -327,9 +327,9 @@ def test_take_modes(mode):
     x = np.arange(12.0).reshape(3, 4)
     idx = np.array([[5, -6], [1, -1]]) if mode in ("wrap", "clip") else np.array([[2, -3], [1, -1]])
     for axis in (None, 0, 1, -1):
-        all_modes(lambda x: np.take(x, idx, axis=axis, mode=mode), x)
-        all_modes(lambda x, i: np.take(x, i, axis=axis, mode=mode), x, idx)
-    all_modes(lambda x: x.take(idx, axis=1, mode=mode), x)
+        assert_all_modes(lambda x: np.take(x, idx, axis=axis, mode=mode), x)
+        assert_all_modes(lambda x, i: np.take(x, i, axis=axis, mode=mode), x, idx)
+    assert_all_modes(lambda x: x.take(idx, axis=1, mode=mode), x)
 
 
 def test_take_mode_errors():
@@ -342,22 +342,22 @@ def test_take_mode_errors():
         traced(lambda x: np.take(x, [1], mode="bounce"), x)
     with pytest.raises(IndexError, match="empty"):
         traced(lambda x: np.take(x, [1], axis=1, mode="wrap"), np.ones((2, 0)))
-    all_modes(lambda x: np.take(x, np.array([], np.int64), axis=1, mode="clip"), np.ones((2, 0)))
+    assert_all_modes(lambda x: np.take(x, np.array([], np.int64), axis=1, mode="clip"), np.ones((2, 0)))
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_searchsorted_ties_nan_and_sorter(side):
     a = np.array([-1.0, 0.0, 0.0, 2.0, np.nan, np.nan])
     v = np.array([[-2.0, 0.0, 0.5], [2.0, np.inf, np.nan]])
-    all_modes(lambda a, v: np.searchsorted(a, v, side=side), a, v)
-    all_modes(lambda a: np.searchsorted(a, 0.0, side=side), a)
-    all_modes(lambda a, v: a.searchsorted(v, side), a, v)
+    assert_all_modes(lambda a, v: np.searchsorted(a, v, side=side), a, v)
+    assert_all_modes(lambda a: np.searchsorted(a, 0.0, side=side), a)
+    assert_all_modes(lambda a, v: a.searchsorted(v, side), a, v)
     perm = np.array([3, 0, 5, 1, 4, 2])
     shuffled = np.empty_like(a)
     shuffled[perm] = a
-    all_modes(lambda s, v: np.searchsorted(s, v, side=side, sorter=perm), shuffled, v)
+    assert_all_modes(lambda s, v: np.searchsorted(s, v, side=side, sorter=perm), shuffled, v)
     i = np.array([1, 3, 5, 7])
-    all_modes(lambda i: np.searchsorted(i, 4.5, side=side), i)
+    assert_all_modes(lambda i: np.searchsorted(i, 4.5, side=side), i)
 
 
 # ---- order statistics --------------------------------------------------------------------------------------
@@ -374,10 +374,10 @@ def test_quantile_and_percentile_match_numpy(q, dtype):
     pq = [v * 100 for v in q] if isinstance(q, list) else q * 100    # keeps q's type and dtype
     for axis in AXES:
         for keepdims in (False, True):
-            all_modes(lambda x: np.quantile(x, q, axis=axis, keepdims=keepdims), x, compiled=())
-            all_modes(lambda x: np.percentile(x, pq, axis=axis, keepdims=keepdims), x, compiled=())
-    all_modes(lambda x: np.quantile(x, q, axis=(0, 2), keepdims=True), x)
-    all_modes(lambda x: np.percentile(x, pq, axis=1), x)
+            assert_all_modes(lambda x: np.quantile(x, q, axis=axis, keepdims=keepdims), x, compiled=())
+            assert_all_modes(lambda x: np.percentile(x, pq, axis=axis, keepdims=keepdims), x, compiled=())
+    assert_all_modes(lambda x: np.quantile(x, q, axis=(0, 2), keepdims=True), x)
+    assert_all_modes(lambda x: np.percentile(x, pq, axis=1), x)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # inf - inf, as in NumPy
@@ -387,24 +387,24 @@ def test_quantiles_of_nan_size_one_infinities_and_ties():
     x[1] = np.array([np.inf, 1.0, -np.inf, 2.0, 0.0, 0.0])
     for q in (0.0, 0.3, 0.5, 1.0, [0.1, 0.9]):
         for axis in (None, 0, 1):
-            all_modes(lambda x: np.quantile(x, q, axis=axis), x)
+            assert_all_modes(lambda x: np.quantile(x, q, axis=axis), x)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                all_modes(lambda x: np.median(x, axis=axis), x)
-    all_modes(lambda x: np.percentile(x, [0, 50, 100], axis=1), np.ones((3, 1)))
-    all_modes(lambda x: np.median(x, axis=0), np.ones((1, 3)))
-    all_modes(lambda x: np.median(x), np.array(4.0))
-    all_modes(lambda x: np.percentile(x, 40), np.array(4.0))
+                assert_all_modes(lambda x: np.median(x, axis=axis), x)
+    assert_all_modes(lambda x: np.percentile(x, [0, 50, 100], axis=1), np.ones((3, 1)))
+    assert_all_modes(lambda x: np.median(x, axis=0), np.ones((1, 3)))
+    assert_all_modes(lambda x: np.median(x), np.array(4.0))
+    assert_all_modes(lambda x: np.percentile(x, 40), np.array(4.0))
 
 
 def test_median_dtypes_and_empty():
     for dtype in (np.int32, np.int64, np.float32, np.bool_):
         x = ties((3, 4), seed=12, dtype=np.float64).astype(dtype)
         for axis in (None, 0, (0, 1)):
-            all_modes(lambda x: np.median(x, axis=axis, keepdims=True), x)
+            assert_all_modes(lambda x: np.median(x, axis=axis, keepdims=True), x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        all_modes(lambda x: np.median(x, axis=0), np.ones((0, 3)))
+        assert_all_modes(lambda x: np.median(x, axis=0), np.ones((0, 3)))
 
 
 def test_quantile_errors():
@@ -437,11 +437,11 @@ def test_median_and_quantile_gradients_pick_the_order_statistics():
 def test_average_forms_and_zero_weights():
     rng = np.random.default_rng(13)
     x, w = rng.standard_normal((3, 4)), rng.uniform(0.5, 2.0, (3, 4))
-    all_modes(lambda x, w: np.average(x, weights=w), x, w)
-    all_modes(lambda x, w: np.average(x, axis=1, weights=w[0], returned=True), x, w)
-    all_modes(lambda x, w: np.average(x, axis=(1, 0), weights=w.T, keepdims=True), x, w)
-    all_modes(lambda x: np.average(x, axis=0, returned=True), x)
-    all_modes(lambda i, w: np.average(i, axis=0, weights=w[:, 0]), (x * 10).astype(np.int32), w)
+    assert_all_modes(lambda x, w: np.average(x, weights=w), x, w)
+    assert_all_modes(lambda x, w: np.average(x, axis=1, weights=w[0], returned=True), x, w)
+    assert_all_modes(lambda x, w: np.average(x, axis=(1, 0), weights=w.T, keepdims=True), x, w)
+    assert_all_modes(lambda x: np.average(x, axis=0, returned=True), x)
+    assert_all_modes(lambda i, w: np.average(i, axis=0, weights=w[:, 0]), (x * 10).astype(np.int32), w)
     with pytest.raises(ZeroDivisionError):
         eager(lambda x, w: np.average(x, axis=1, weights=w * 0.0), x, w)
     with pytest.raises(TypeError, match="Axis must be specified"):
@@ -454,25 +454,25 @@ def test_ptp_all_any_nan_functions_edge_cases():
     x = ties((4, 5), seed=14, nan=True)
     x[2] = np.nan
     i = ties((4, 5), seed=15, dtype=np.int8)
-    all_modes(lambda i: np.ptp(i, axis=1), i)
-    all_modes(lambda x: np.ptp(x, axis=0, keepdims=True), x)
+    assert_all_modes(lambda i: np.ptp(i, axis=1), i)
+    assert_all_modes(lambda x: np.ptp(x, axis=0, keepdims=True), x)
     with pytest.raises(TypeError, match="boolean subtract"):
         traced(lambda x: np.ptp(x > 0), x)
     for which in (np.all, np.any):
         for axis in (None, 0, 1, (0, 1), ()):
-            all_modes(lambda x: which(x, axis=axis), x)
-            all_modes(lambda i: which(i, axis=axis, keepdims=True), i)
-        all_modes(lambda x: which(x[:, :0], axis=1), x)
-        all_modes(lambda x: which(x[:0], axis=None), x)
+            assert_all_modes(lambda x: which(x, axis=axis), x)
+            assert_all_modes(lambda i: which(i, axis=axis, keepdims=True), i)
+        assert_all_modes(lambda x: which(x[:, :0], axis=1), x)
+        assert_all_modes(lambda x: which(x[:0], axis=None), x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for fn in (np.nansum, np.nanmean, np.nanmax, np.nanmin, np.nanprod, np.nanvar, np.nanstd):
             for axis in (None, 0, 1):
-                all_modes(lambda x: fn(x, axis=axis), x)
-                all_modes(lambda i: fn(i, axis=axis), i)
-        all_modes(lambda x: np.nanvar(x, axis=1, ddof=2), x)
-        all_modes(lambda x: np.nanmean(x, axis=0, dtype=np.float32), x)
-        all_modes(lambda x: np.nanargmax(x, axis=1), np.where(np.isnan(x), 0.0, x))
+                assert_all_modes(lambda x: fn(x, axis=axis), x)
+                assert_all_modes(lambda i: fn(i, axis=axis), i)
+        assert_all_modes(lambda x: np.nanvar(x, axis=1, ddof=2), x)
+        assert_all_modes(lambda x: np.nanmean(x, axis=0, dtype=np.float32), x)
+        assert_all_modes(lambda x: np.nanargmax(x, axis=1), np.where(np.isnan(x), 0.0, x))
 
 
 def test_tensor_methods_dispatch():
