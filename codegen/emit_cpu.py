@@ -51,6 +51,7 @@ from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan, acc_dtype
 from .memory import MemoryPlan
 from .products import rewrite_products
+from .runtime import COMBINE_MAX, COMBINE_MIN, COMBINE_PROD, COMBINE_SUM
 from .scatters import window_scatters
 from .schedule import sink_updates
 from .source import Names, literal, np_dtype
@@ -60,7 +61,8 @@ MAX_CHUNKS = 16
 # a launch's per-chunk partial results are combined by a runtime helper compiled once per machine
 # (`_rt.combine_parts`, with these op codes): as an inline loop each combine cost the kernel's
 # compile 30-80 ms. Boolean reductions, which accumulate in int64, keep their inline loop.
-COMBINE_HELPERS = {"reduce_sum": 0, "reduce_prod": 1, "reduce_max": 2, "reduce_min": 3}   # runtime.COMBINE_*
+COMBINE_OPS = {"reduce_sum": COMBINE_SUM, "reduce_prod": COMBINE_PROD, "reduce_max": COMBINE_MAX,
+               "reduce_min": COMBINE_MIN}
 # Entry functions with more steps run as Python, not compiled: Numba's compile time grows
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
@@ -843,11 +845,14 @@ class GroupEmitter:
         chunk += body
         chunk += [f"{n.var(s, '_part')}[ch] = {n.local(s, 'x', '_acc')}" for s in accs]
         post = []
+        def helped(s):
+            return s.op in COMBINE_OPS and acc_dtype(s.dtype) == s.dtype
+
         for s in accs:
             v, part = n.local(s, "v", "_t"), n.var(s, "_part")
-            if s.op in COMBINE_HELPERS and acc_dtype(s.dtype) == s.dtype:
+            if helped(s):
                 post.append(f"_rt.combine_parts(_rt.c_view({part}, ({MAX_CHUNKS}, 1)), nch, {n.var(s)}, "
-                            f"{COMBINE_HELPERS[s.op]})")
+                            f"{COMBINE_OPS[s.op]})")
                 continue
             comb = em.combine(s.op, v, f"{part}[c]", s.dtype)
             post += [f"{v} = {part}[0]", "for c in range(1, nch):", f"    {v} = {comb}",
@@ -856,9 +861,9 @@ class GroupEmitter:
             # element loops: Numba compiles an array assignment or an in-place array
             # operator with its broadcasting machinery, about 1-2 s each
             size = S.product(s.shape)
-            if s.op in COMBINE_HELPERS and acc_dtype(s.dtype) == s.dtype:
+            if helped(s):
                 post.append(f"_rt.combine_parts(_rt.c_view({n.var(s, '_part')}, ({MAX_CHUNKS}, {size})), "
-                            f"nch, _rt.c_view({n.var(s)}, ({size},)), {COMBINE_HELPERS[s.op]})")
+                            f"nch, _rt.c_view({n.var(s)}, ({size},)), {COMBINE_OPS[s.op]})")
                 continue
             v, vf, pf = n.local(s, "v", "_t"), n.local(s, "v", "_f"), n.local(s, "v", "_pf")
             comb = em.combine(s.op, v, f"{pf}[c, q]", s.dtype)

@@ -609,9 +609,10 @@ class Partition:
         compute it where they read it and nothing stores it. Typically a derivative the
         reverse sweep builds from a forward value (tanh's 1 - y*y, the sigmoid's s*(1 - s), a
         ReLU's mask), which placement puts in the forward loop beside that value, while its
-        product with the incoming adjoint runs in the backward pass. The group keeps the member where its own members use it. A recomputed
-        value is an index view read at the reader's own index (`index_expr`), so everything
-        that follows views (`sources`, `reads`, buffer reuse) follows it to its operands."""
+        product with the incoming adjoint runs in the backward pass. The group keeps the member
+        where its own members use it. A recomputed value is an index view read at the reader's
+        own index (`index_expr`), so everything that follows views (`sources`, `reads`, buffer
+        reuse) follows it to its operands."""
         stored = self._materialized()
         outputs = {self.resolve(o).id for o in self.graph.outputs}
         readers = {}        # stored value id -> the other steps reading it

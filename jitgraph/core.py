@@ -773,9 +773,9 @@ class EagerBox(Tensor):
 
     def _refuse_array(self, dtype=None, copy=None):
         _refuse_library_conversion()
+        hint = array_method_hint() or "; use jitgraph/NumPy operations on it, or .item() for a Python scalar"
         raise JitgraphError(
-            f"converting a recorded value to a NumPy array would cut it out of the gradient "
-            f"tape{where()}{array_method_hint() or '; use jitgraph/NumPy operations on it, or .item() for a Python scalar'}")
+            f"converting a recorded value to a NumPy array would cut it out of the gradient tape{where()}{hint}")
 
     def item(self):
         return self.value.item() if hasattr(self.value, "item") else self.value

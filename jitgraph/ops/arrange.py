@@ -344,8 +344,8 @@ def _pad_constant(x, widths, values):
 # ---- windows, grids, ranges ---------------------------------------------------------------------
 @implements(np.convolve)
 def convolve(a, v, mode="full"):
-    """np.convolve of two 1-d arrays: each window of the longer one (zero-padded) against the
-    shorter one reversed, one matrix-vector product, sliced to the mode's part."""
+    """np.convolve of two 1-d arrays: each window of the longer one (zero-padded but for the
+    "valid" mode) against the shorter one reversed, summed, sliced to the mode's part."""
     if not _traced(a, v):
         return np.convolve(a, v, mode)
     if mode not in ("full", "same", "valid", 0, 1, 2):
@@ -363,17 +363,15 @@ def convolve(a, v, mode="full"):
     if shape_of(v)[0] > shape_of(a)[0]:
         a, v = v, a
     n, m = shape_of(a)[0], shape_of(v)[0]
-    if mode == "valid":
-        return sliding_window_view(a, m) @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
-    windows = sliding_window_view(pad(a, (m - 1, m - 1)), m)
-    if np.result_type(a.dtype, v.dtype).kind in "fc":
+    windows = sliding_window_view(a if mode == "valid" else pad(a, (m - 1, m - 1)), m)
+    if mode != "valid" and np.result_type(a.dtype, v.dtype).kind in "fc":
         # the padding's zeros are left out of the sums, not multiplied: an infinite v times
         # a padded zero would be NaN where NumPy sums only the overlapping products
         at = np.arange(n + m - 1)[:, None] + np.arange(m)[None, :]     # positions in the padded a
         out = _sum(where_(lift([windows, (at >= m - 1) & (at < n + m - 1)])[1],
                           multiply(windows, v[::-1]), 0), axis=-1)
     else:
-        out = windows @ v[::-1]
+        out = windows @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
     if mode == "same":
         start = (m - 1) // 2
         out = out[start:start + n]

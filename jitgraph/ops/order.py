@@ -665,14 +665,13 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         # (an interval between repeated sample points holds no x: only the last point's x lands
         # there, and it reads y1 below; 1 spares the gradient a division by zero)
         slope = divide(subtract(y1, y0), where_(equal(dx, 0.0), 1.0, dx))
-        # from the interval's nearer end, as NumPy: exact at a sample point (x at the last one
-        # reads y1), the slope's gradient everywhere
-        y = where_(equal(x, last), add(y1, multiply(slope, subtract(x, x1))),
-                   add(y0, multiply(slope, subtract(x, x0))))
+        # from the interval's start, as NumPy (x at the last sample point from its end): exact
+        # at a sample point, the slope's gradient everywhere
+        from_end = add(y1, multiply(slope, subtract(x, x1)))
+        y = where_(equal(x, last), from_end, add(y0, multiply(slope, subtract(x, x0))))
         # NumPy's way out of an infinite fp: the value at a sample point, then the other end
         y = where_(logical_and(_isnan(y), equal(x, x0)), y0, y)
-        other = add(y1, multiply(slope, subtract(x, x1)))
-        y = where_(_isnan(y), where_(logical_and(_isnan(other), equal(y0, y1)), y0, other), y)
+        y = where_(_isnan(y), where_(logical_and(_isnan(from_end), equal(y0, y1)), y0, from_end), y)
         y = where_(_isnan(x), x, y)
     return where_(less(x, first), y_left, where_(less(last, x), y_right, y))
 
