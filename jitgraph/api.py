@@ -7,9 +7,10 @@ import numpy as np
 from .ad import backward
 from .buffers import unwrap
 from .recording import recording
+from .reroll import reroll_loops
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
-from .graph import Graph
+from .graph import Graph, toposort
 from .interpreter import evaluate
 from .loop_passes import merge_scans
 from .numpy_api import as_operand, ones_like, shape_of, zeros_like
@@ -219,21 +220,22 @@ def grad(fun, argnums=0, has_aux=False):
     return wrapped
 
 
-def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None):
+def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None, reroll=True):
     """Trace `fun` on abstract versions of `args` into a `Graph`.
 
     With `grad=False` the outputs are the leaves of `fun`'s result. With
     `grad=True` this is the joint forward+backward graph: its outputs are the
     value, then the gradient leaves (then aux leaves with `has_aux`), and
     `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
+    reroll=False keeps Python loops unrolled (see reroll.py).
     """
     scipy_functions.install()
     with tracing(), recording():
-        graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+        graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll)
     return merge_scans(graph)
 
 
-def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
+def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
     fname = _fname(fun)
     trace = GraphTrace()
     leaves, in_tree = tree_flatten(tuple(args))
@@ -262,13 +264,17 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
         out_leaves, out_tree = tree_flatten(out)
         meta["out_tree"] = out_tree
         outputs = [_as_node(trace, v, fname) for v in out_leaves]
+        outputs = reroll_loops(trace, outputs) if reroll else outputs
         return Graph(inputs, outputs + _checks(trace, meta), meta=meta)
 
     value, aux = _split_aux(out, has_aux, fname)
     _check_loss(value, fname)
     if trace.regions:
         meta["checkpoint_regions"] = dict(trace.regions)
-    value_node = _as_node(trace, value, fname)
+    aux_leaves, aux_tree = tree_flatten(aux) if has_aux else ([], None)
+    value_node, *aux_nodes = [_as_node(trace, v, fname) for v in [value] + aux_leaves]
+    if reroll:
+        value_node, *aux_nodes = reroll_loops(trace, [value_node] + aux_nodes)
     n_forward = len(trace.nodes)
     wrt, grad_trees, grad_leaves = [], [], []
     for a in nums:
@@ -277,11 +283,11 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs):
         grad_leaves += [input_leaves[j] for j in idx]
         grad_trees.append(tree_flatten(args[a])[1])
     seed = trace.const(np.ones(value_node.shape, dtype=value_node.dtype))
-    flat = backward(trace.nodes[:n_forward], value_node, wrt, trace.tracer, trace.tracer(seed))
+    forward = sorted(toposort([value_node] + wrt), key=lambda n: n.id)
+    flat = backward(forward, value_node, wrt, trace.tracer, trace.tracer(seed))
     grad_nodes = [_as_node(trace, g, fname) for g in flat]
     adjoint_ids = {n.id for n in trace.nodes[n_forward:]}
-    aux_leaves, aux_tree = tree_flatten(aux) if has_aux else ([], None)
-    outputs = [value_node] + grad_nodes + [_as_node(trace, v, fname) for v in aux_leaves]
+    outputs = [value_node] + grad_nodes + aux_nodes
     meta["grad_leaves"] = grad_leaves       # the argument leaf of each gradient output
     grads_def = grad_trees[0] if single else _tuple_def(grad_trees)
     value_def = _tuple_def([_leaf_def(), aux_tree]) if has_aux else _leaf_def()
@@ -358,15 +364,16 @@ def unflatten_outputs(graph, flat, leaves=None):
     return tree_unflatten(graph.meta["out_tree"], flat)
 
 
-def make_graph(fun, argnums=0, grad=False, has_aux=False):
+def make_graph(fun, argnums=0, grad=False, has_aux=False, reroll=True):
     """Returns a function that traces `fun` for its arguments' shapes and dtypes into a `Graph`.
 
-    `print(make_graph(f, grad=True)(*args))` shows the joint forward+backward IR.
+    `print(make_graph(f, grad=True)(*args))` shows the joint forward+backward IR;
+    reroll=False keeps Python loops unrolled, as `jit_grad(reroll=False)`.
     """
 
     @functools.wraps(fun)
     def make(*args, **kwargs):
-        return trace_graph(fun, args, argnums, has_aux, grad, kwargs)
+        return trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll)
 
     return make
 

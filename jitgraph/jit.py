@@ -83,7 +83,7 @@ class JitFunction:
 
     def __init__(self, fun, grad, argnums=0, has_aux=False, parallel=True, backend="numba",
                  target="cpu", static_argnums=(), cache_size=None, remat=None, reuse_buffers=True,
-                 wait=None):
+                 wait=None, reroll=True):
         if backend not in ("numba", "python"):
             raise ValueError(f"backend must be 'numba' or 'python', got {backend!r}")
         if target not in ("cpu", "cuda", "auto"):
@@ -95,6 +95,7 @@ class JitFunction:
         self.grad = grad
         self.remat = remat
         self.reuse_buffers = bool(reuse_buffers)
+        self.reroll = bool(reroll)
         # compile before the first call returns (else: tiered, see tiered.py)
         self.wait_compile = bool(env_int("JITGRAPH_WAIT", 0)) if wait is None else bool(wait)
         self.argnums = argnums
@@ -285,7 +286,8 @@ class JitFunction:
 
     def _options(self):
         return dict(grad=self.grad, has_aux=self.has_aux, parallel=self.parallel, backend=self.backend,
-                    target=self.target, remat=self.remat, reuse_buffers=self.reuse_buffers)
+                    target=self.target, remat=self.remat, reuse_buffers=self.reuse_buffers,
+                    reroll=self.reroll)
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -347,7 +349,7 @@ class JitFunction:
         options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
                        parallel=self.parallel, backend=self.backend, target=self.target,
                        static_argnums=self.static_argnums, cache_size=self.maxsize, remat=self.remat,
-                       reuse_buffers=self.reuse_buffers, wait=self.wait_compile)
+                       reuse_buffers=self.reuse_buffers, wait=self.wait_compile, reroll=self.reroll)
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)
@@ -422,7 +424,8 @@ def memory_report(fun, *args, **jit_options):
 
 
 def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=True,
-             backend="numba", target="cpu", cache_size=None, remat=None, reuse_buffers=True, wait=None):
+             backend="numba", target="cpu", cache_size=None, remat=None, reuse_buffers=True, wait=None,
+             reroll=True):
     """Compiled `value_and_grad`: same arguments, same outputs, one fused native program.
 
     Usable as `@jit_grad` or `@jit_grad(argnums=(0, 1), has_aux=False)`.
@@ -443,7 +446,8 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             (about sqrt(n) segments: O(sqrt n) stored activations for a depth-n chain at
             about one extra forward pass), or an int byte budget for the predicted peak
             (the least recomputation that meets it; `MemoryBudgetError` says the smallest
-            budget it can meet). Gradients are the same under every policy.
+            budget it can meet). Gradients are the same under every policy (a policy keeps
+            Python loops unrolled: where the default rerolls one, to rounding).
         reuse_buffers: keep the planned buffers (one workspace arena per concurrent call)
             between calls (default). Concurrent calls from several threads each take their
             own arena, so they never share buffers; `f.release_buffers()` frees the kept
@@ -456,26 +460,32 @@ def jit_grad(fun=None, *, argnums=0, has_aux=False, static_argnums=(), parallel=
             tell or wait; `cache_info()` counts the calls each tier served; a failed
             background compile is a `CompileWarning` and the interpreter keeps serving.
             With wait=True, every call runs compiled code and computes the same bits.
+        reroll: turn a Python loop that tracing unrolled back into one loop (a `scan`)
+            where that pays: small bodies (a Kalman filter's, an HMM's), and long
+            elementwise loops whose unrolled compile would dominate (jitgraph/reroll.py).
+            Not with a `remat` policy or `checkpoint` regions, which act on the unrolled
+            steps. Values agree with the unrolled program's to rounding.
+            $JITGRAPH_REROLL=0 turns it off everywhere.
 
     `f.lower(*args)` returns the `Lowered` program (graph, generated source, fusion
     groups, `.memory` report); `f.cache_info()` the cache counters.
     """
     opts = dict(argnums=argnums, has_aux=has_aux, static_argnums=static_argnums, parallel=parallel,
                 backend=backend, target=target, cache_size=cache_size, remat=remat,
-                reuse_buffers=reuse_buffers, wait=wait)
+                reuse_buffers=reuse_buffers, wait=wait, reroll=reroll)
     if fun is None:
         return lambda f: JitFunction(f, True, **opts)
     return JitFunction(fun, True, **opts)
 
 
 def jit(fun=None, *, static_argnums=(), parallel=True, backend="numba", target="cpu",
-        cache_size=None, reuse_buffers=True, wait=None):
+        cache_size=None, reuse_buffers=True, wait=None, reroll=True):
     """Compiled forward function: fused loops, one native call. Outputs are NumPy arrays/scalars.
 
-    Options as in `jit_grad` (without argnums/has_aux/remat), `wait` included.
+    Options as in `jit_grad` (without argnums/has_aux/remat), `wait` and `reroll` included.
     """
     opts = dict(static_argnums=static_argnums, parallel=parallel, backend=backend, target=target,
-                cache_size=cache_size, reuse_buffers=reuse_buffers, wait=wait)
+                cache_size=cache_size, reuse_buffers=reuse_buffers, wait=wait, reroll=reroll)
     if fun is None:
         return lambda f: JitFunction(f, False, **opts)
     return JitFunction(fun, False, **opts)

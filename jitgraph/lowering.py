@@ -118,7 +118,8 @@ def trace(fun, dyn, argnums, options, guard_fun, stats):
     """The traced graph of `fun` for the dynamic arguments `dyn` (before rematerialization)."""
     abstract = [_abstract(a) for a in dyn]
     before = _rng_states(guard_fun)
-    graph = trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"])
+    reroll = options.get("reroll", True) and options.get("remat") is None
+    graph = trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"], reroll=reroll)
     if _rng_states(guard_fun) != before:
         _refuse_random_draws(fun, abstract, argnums, options, guard_fun)
     stats["traces"] += 1

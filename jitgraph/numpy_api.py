@@ -337,6 +337,7 @@ def np_name(obj):
 
 
 UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+UFUNC_ACCUMULATE = {np.add: np.cumsum, np.multiply: np.cumprod}
 
 
 def _write_out(out, result, name, inputs=()):
@@ -389,6 +390,13 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
         return METHODS["ufunc_at"](ufunc, *inputs)
     if how == "reduce" and ufunc in UFUNC_REDUCE:
         r = FUNCTIONS[UFUNC_REDUCE[ufunc]](*inputs, **kwargs)
+    elif how == "accumulate" and ufunc in UFUNC_ACCUMULATE and set(kwargs) <= {"axis", "dtype"}:
+        r = FUNCTIONS[UFUNC_ACCUMULATE[ufunc]](*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
+    elif how == "outer" and ufunc.nin == 2 and ufunc in UFUNCS and set(kwargs) <= {"dtype"}:
+        a, b = (x if isinstance(x, Tensor) else np.asarray(x) for x in inputs)
+        # every element of a against all of b: a's axes first, then b's
+        r = UFUNCS[ufunc](reshape(a, tuple(shape_of(a)) + (1,) * len(shape_of(b))), b)
+        r = cast(r, kwargs["dtype"]) if kwargs.get("dtype") is not None else r
     elif how != "__call__":
         raise NotSupportedError(f"{name}.{how} is not supported{where()}")
     else:

@@ -16,6 +16,8 @@ os.environ.setdefault("JITGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="jitgraph-te
 # Compile before a first call returns, so counters and sources are there when a test looks;
 # tests/test_tiered.py tests the default (tiered) behaviour with wait=False.
 os.environ.setdefault("JITGRAPH_WAIT", "1")
+# A loop rewrite (jitgraph/reroll.py) that fails is an error here, not a silent fallback.
+os.environ.setdefault("JITGRAPH_REROLL", "strict")
 
 
 @pytest.fixture

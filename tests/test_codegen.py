@@ -273,7 +273,7 @@ def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch
     monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 20)
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((n, 300)), rng.standard_normal((300, 300)) / 20
-    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True)(x, w)
+    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True, reroll=False)(x, w)
     part, source, em = codegen.generate(graph)
     assert len(part.steps) <= emit_cpu.NJIT_ENTRY_MAX_STEPS
     assert em.driver is python and ("calling the compiled loops" in source) is python
@@ -292,7 +292,7 @@ def test_a_python_entry_of_few_steps_computes_what_the_graph_does(monkeypatch):
     monkeypatch.setattr(emit_cpu, "PY_ENTRY_MAX_SHARE", 1e9)     # any steps pay at these sizes
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((24, 300)), rng.standard_normal((300, 300)) / 20
-    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True)(x, w)
+    graph = jg.make_graph(_chain_loss, argnums=(0, 1), grad=True, reroll=False)(x, w)
     program = codegen.compile_graph(graph, backend="python")
     assert "calling the compiled loops" in program.source
     for got, want in zip(program.run(x, w), evaluate(graph, x, w)):
@@ -502,7 +502,7 @@ def test_python_entry_compiles_scalar_math():
         return np.sum(x) * s
 
     w, x = np.eye(3) * 0.5 + 0.01, np.ones((4, 3))
-    g = jg.jit_grad(f, wait=True)
+    g = jg.jit_grad(f, wait=True, reroll=False)     # the 30 steps unrolled
     (v, dw), (v0, dw0) = g(w, x), jg.value_and_grad(f)(w, x)
     np.testing.assert_allclose(v, v0, rtol=1e-12)
     np.testing.assert_allclose(dw, dw0, rtol=1e-10, atol=1e-300)

@@ -550,3 +550,23 @@ def test_a_numpy_arrays_method_given_a_traced_value_names_the_function_form():
     value, grad = jg.value_and_grad(lambda W: np.sum(X @ W))(np.ones(3))
     assert value == np.sum(X.dot(np.ones(3)))
     np.testing.assert_array_equal(grad, X.sum(axis=0))
+
+
+def test_concatenating_many_pieces_and_indexing_with_ranges():
+    """np.concatenate/np.stack of many traced pieces join in a tree of concatenates (one of
+    1,000 operands made generated source too deeply nested for Python to compile), and a range
+    object indexes as NumPy's integer array does (reads and writes)."""
+    def f(x):
+        parts = [x[i % 7] * (i + 1.0) for i in range(70)] + [np.ones(3) * i for i in range(40)]
+        y = x * 1.0
+        y[range(3), range(3)] = 0.0
+        return np.sum(np.concatenate(parts) ** 2) * 1e-3 + np.sum(np.stack(parts[:50]) * 2.0) \
+            + np.sum(y[range(0, 7, 2)] ** 2)
+    x = np.random.default_rng(0).standard_normal((7, 3))
+    graph = jg.make_graph(f, grad=True)(x)
+    assert max(len(n.inputs) for n in graph.nodes if n.op == "concatenate") <= 32
+    v, g = jg.jit_grad(f, backend="python")(x)
+    ve, ge = jg.value_and_grad(f)(x)
+    np.testing.assert_allclose(v, f(x), rtol=1e-12)
+    np.testing.assert_allclose(ve, f(x), rtol=1e-12)
+    np.testing.assert_allclose(g, ge, rtol=1e-11, atol=1e-12)

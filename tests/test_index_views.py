@@ -146,7 +146,7 @@ def test_long_programs_share_loop_functions_across_slice_offsets(rng):
             h = o * np.tanh(c)
         return np.sum(h ** 2)
 
-    graph = jg.make_graph(loss, grad=True)(W, xs)
+    graph = jg.make_graph(loss, grad=True, reroll=False)(W, xs)
     part, source, em = codegen.generate(graph)
     assert em.driver and part.index_views
     plain = codegen._emit(graph, True, ("reassoc", "contract", "arcp"), python_entry=True, index_views=False)

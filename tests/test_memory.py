@@ -15,6 +15,13 @@ from threads import run_in_threads
 pytestmark = pytest.mark.xdist_group("memory")
 
 
+@pytest.fixture(autouse=True)
+def _unrolled(monkeypatch):
+    """These tests plan the memory of the steps a Python loop unrolls into (a deep residual
+    MLP's layers): such loops stay unrolled here (jitgraph/reroll.py would make them a scan)."""
+    monkeypatch.setenv("JITGRAPH_REROLL", "0")
+
+
 def resmlp(Ws, bs, x):
     h = x
     for W, b in zip(Ws, bs):

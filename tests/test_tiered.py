@@ -303,6 +303,7 @@ def _compiled_matches_eager(fun, seed, rows=4, cols=5, scale=0.3):
 
 
 def test_a_python_entry_runs_in_the_compile_server(monkeypatch, cold_cache):
+    monkeypatch.setenv("JITGRAPH_REROLL", "0")        # the loop's steps unrolled: a long program
     runs = _record_answers(monkeypatch, "run_remote")
     f, (w, x) = _compiled_matches_eager(_deep, 7)
     assert runs == [True]
@@ -320,6 +321,7 @@ def _mixed(w, x):
 
 
 def test_a_python_entry_compiles_on_several_servers(monkeypatch, cold_cache):
+    monkeypatch.setenv("JITGRAPH_REROLL", "0")        # the loop's steps unrolled: a long program
     monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
     runs = []
     real = compile_server.run_remote

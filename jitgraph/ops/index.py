@@ -181,6 +181,10 @@ def _parse(shape, key, masks_allowed=False):
             items.append(int(k))
         elif isinstance(k, (Tensor, list, tuple, np.ndarray)):
             items.append(_index_array(k))
+        elif isinstance(k, range):         # NumPy takes a range as the array of its integers
+            items.append(_index_array(np.arange(k.start, k.stop, k.step, dtype=np.int64)))
+        elif hasattr(k, "__index__"):      # an integer-like object, as NumPy takes it
+            items.append(operator.index(k))
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) "
                              f"and integer or boolean arrays are valid indices, not "

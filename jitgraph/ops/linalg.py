@@ -37,6 +37,7 @@ lands on that triangle. Caveats (undefined points) are in each function's
 docstring.
 """
 import builtins
+import operator
 from collections import namedtuple
 
 import numpy as np
@@ -691,6 +692,44 @@ def eigh(a, UPLO="L"):
     a = cast(a, _float_dtype(a))
     w, v = _bind_multi("eigh", [a], {"lower": UPLO == "L"}, _eigh_avals(tuple(shape_of(a)), a.dtype))
     return EighResult(w, v)
+
+
+@implements(np.linalg.eigvalsh)
+def eigvalsh(a, UPLO="L"):
+    """np.linalg.eigvalsh: the eigenvalues of eigh, ascending; their gradient V diag(w_bar) V^T
+    is defined everywhere (repeated eigenvalues included)."""
+    return eigh(a, UPLO)[0]
+
+
+@implements(np.linalg.matrix_power)
+def matrix_power(a, n):
+    """np.linalg.matrix_power: a to the integer power n by NumPy's products (for n > 3, a's
+    powers of two multiplied in bit by bit); a negative n inverts a first, n = 0 is the identity."""
+    a = as_operand(a)
+    _stacked_square(a)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"exponent must be an integer{where()}") from None
+    if not _traced(a):
+        return np.linalg.matrix_power(a, n)
+    if n == 0:
+        return broadcast_to(_eye(shape_of(a)[-1], a.dtype), shape_of(a))
+    if n < 0:
+        a, n = inv(a), -n
+    if n == 1:
+        return a
+    if n == 2:
+        return matmul(a, a)
+    if n == 3:
+        return matmul(matmul(a, a), a)
+    z = result = None
+    while n > 0:
+        z = a if z is None else matmul(z, z)
+        n, bit = divmod(n, 2)
+        if bit:
+            result = z if result is None else matmul(result, z)
+    return result
 
 
 @implements(np.linalg.svd)

@@ -24,7 +24,7 @@ Everything else is a composite of these and the other families' primitives:
 * argmax/argmin are two passes of reductions (the extreme, NaN-propagating, then the least
   index attaining it, or the first NaN), which fuse into one row loop;
 * all/any are product/sum reductions of booleans; diff, gradient, median, percentile/quantile
-  (linear), average, ptp, searchsorted and the nan-functions follow NumPy's own formulas
+  (linear), average, ptp, searchsorted, cov, corrcoef and the nan-functions follow NumPy's own formulas
   with the same order of operations, so values match NumPy's to the last bit where NumPy's
   are deterministic.
 """
@@ -36,13 +36,15 @@ import numpy as np
 from ..core import EagerBox, Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, keepdims_shape, no_out,
-                         norm_axes, norm_axis, reshape, result_dtype, shape_of)
-from .elementwise import (add, divide, equal, less, less_equal, logical_and, logical_not, logical_or, maximum,
+                         norm_axes, norm_axis, reshape, result_dtype, shape_of, transpose)
+from .contract import diagonal
+from .elementwise import (add, clip, divide, equal, less, less_equal, logical_and, logical_not, logical_or, maximum,
                           minimum, multiply, not_equal, sqrt, subtract, to_bool, where_)
 from .index import take as _index_take
 from .reduce import amax, amin, mean, prod, sum as _sum, var as _var
 from .registry import ZERO_GRADIENT, implements, register
-from .shape import concatenate, moveaxis, ravel
+from .products import matmul
+from .shape import concatenate, expand_dims, moveaxis, ravel, squeeze
 
 INDEX = np.dtype(np.intp)      # NumPy's index dtype (int64)
 
@@ -1099,3 +1101,81 @@ def all(a, axis=None, out=None, keepdims=False, *, where=None):
 def any(a, axis=None, out=None, keepdims=False, *, where=None):
     """np.any along `axis` (a boolean result; no gradient)."""
     return _truth(a, axis, out, keepdims, where, "any")
+
+
+# ---- covariance -------------------------------------------------------------------------------------
+@implements(np.cov)
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
+    """np.cov: the covariance matrix of the variables in m's rows (columns with rowvar=False),
+    with y's variables after them; frequency and reliability weights as NumPy takes them."""
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError(f"ddof must be integer{where()}")
+    dt = np.result_type(_dtype(m), np.float64) if dtype is None else np.dtype(dtype)
+    X = _as_rows(m, rowvar, dt)
+    if y is not None:
+        X = concatenate([X, _as_rows(y, rowvar, dt)], axis=0)
+    if ddof is None:
+        ddof = 0 if bias else 1
+    n = shape_of(X)[1]
+    w = None
+    for weights, kind in ((fweights, "fweights"), (aweights, "aweights")):
+        if weights is None:
+            continue
+        if not isinstance(weights, Tensor):
+            weights = np.asarray(weights, dtype=float if kind == "aweights" else None)
+            if kind == "fweights" and not np.all(weights == np.around(weights)):
+                raise TypeError(f"fweights must be integer{where()}")
+            if np.any(weights < 0):
+                raise ValueError(f"{kind} cannot be negative{where()}")
+        if len(shape_of(weights)) > 1:
+            raise RuntimeError(f"cannot handle multidimensional {kind}{where()}")
+        if shape_of(weights)[0] != n:
+            raise RuntimeError(f"incompatible numbers of samples and {kind}{where()}")
+        weights = cast(as_operand(weights), dt)
+        w = weights if w is None else multiply(w, weights)
+    if w is None:
+        avg = divide(_sum(X, axis=1), float(n))
+        fact = float(n - ddof)
+        if fact <= 0:
+            warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
+            fact = 0.0
+        Xc = subtract(X, expand_dims(avg, 1))
+        c = matmul(Xc, transpose(Xc))
+    else:
+        w_sum = _sum(w)
+        avg = divide(_sum(multiply(X, w), axis=1), w_sum)
+        if ddof == 0:
+            fact = w_sum
+        elif aweights is None:
+            fact = subtract(w_sum, float(ddof))
+        else:
+            fact = subtract(w_sum, divide(multiply(float(ddof), _sum(multiply(w, cast(as_operand(aweights), dt)))),
+                                          w_sum))
+        Xc = subtract(X, expand_dims(avg, 1))
+        c = matmul(Xc, transpose(multiply(Xc, w)))
+    c = multiply(c, divide(1.0, fact))
+    return squeeze(c)
+
+
+def _as_rows(m, rowvar, dt):
+    """m as NumPy's cov reads it: at least 2-D, variables in rows."""
+    m = cast(as_operand(m), dt)
+    if len(shape_of(m)) > 2:
+        raise ValueError(f"m has more than 2 dimensions{where()}")
+    X = reshape(m, (1, -1)) if len(shape_of(m)) < 2 else m
+    return transpose(X) if not rowvar and shape_of(X)[0] != 1 else X
+
+
+@implements(np.corrcoef)
+def corrcoef(x, y=None, rowvar=True, bias=np._NoValue, ddof=np._NoValue, *, dtype=None):
+    """np.corrcoef: cov normalized by the standard deviations on its diagonal, clipped to [-1, 1]."""
+    c = cov(x, y, rowvar, dtype=dtype)
+    if len(shape_of(c)) == 0:
+        return divide(c, c)
+    d = sqrt(diagonal(c))
+    c = divide(divide(c, expand_dims(d, 1)), expand_dims(d, 0))
+    return clip(c, -1.0, 1.0)
+
+
+def _dtype(x):
+    return x.dtype if isinstance(x, Tensor) else np.asarray(x).dtype

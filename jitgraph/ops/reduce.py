@@ -13,7 +13,8 @@ from ..core import Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_to, cast, keepdims_shape, no_out, norm_axes, reshape,
                          shape_of)
-from .elementwise import divide, equal, exp, log, multiply, subtract, sqrt, stop_gradient, add, where_
+from .elementwise import (add, divide, equal, exp, log, maximum, minimum, multiply, subtract, sqrt, stop_gradient,
+                          where_)
 from .registry import implements, register
 
 
@@ -108,32 +109,51 @@ def _no_extra(initial, where_, name):
         raise NotSupportedError(f"{name}(..., initial=/where=) is not supported{where()}")
 
 
+_COMBINE = {"reduce_sum": add, "reduce_prod": multiply, "reduce_max": maximum, "reduce_min": minimum}
+_IDENTITY = {"reduce_sum": 0, "reduce_prod": 1}
+
+
+def _reduce_extra(op, x, axis, keepdims, dtype, initial, mask, name):
+    """A reduction with NumPy's `initial=` (a scalar the reduction starts from) and `where=` (a
+    mask broadcast against x: elements where it is False are left out, as the op's identity, or
+    as `initial` for max and min, which have none and so need it)."""
+    x = as_operand(x)
+    if mask is not None:
+        if initial is None and op not in _IDENTITY:
+            raise ValueError(f"reduction operation '{_COMBINE[op].__name__}' does not have an identity, "
+                             f"so to use a where mask one has to specify 'initial'{where()}")
+        mask = broadcast_to(as_operand(mask), shape_of(x))
+        x = where_(mask, x, _IDENTITY.get(op, initial))
+    r = reduce(op, x, axis, keepdims, dtype)
+    if initial is None:
+        return r
+    if isinstance(initial, Tensor) or np.ndim(initial) != 0:
+        raise NotSupportedError(f"{name}(..., initial=) takes a scalar that is not traced{where()}")
+    return _COMBINE[op](r, np.asarray(initial).astype(r.dtype))
+
+
 @implements(np.sum)
 def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     no_out(out, "np.sum")
-    _no_extra(initial, where, "np.sum")
-    return reduce("reduce_sum", x, axis, keepdims, dtype)
+    return _reduce_extra("reduce_sum", x, axis, keepdims, dtype, initial, where, "np.sum")
 
 
 @implements(np.prod)
 def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     no_out(out, "np.prod")
-    _no_extra(initial, where, "np.prod")
-    return reduce("reduce_prod", x, axis, keepdims, dtype)
+    return _reduce_extra("reduce_prod", x, axis, keepdims, dtype, initial, where, "np.prod")
 
 
 @implements(np.max, np.amax)
 def amax(x, axis=None, out=None, keepdims=False, initial=None, where=None):
     no_out(out, "np.max")
-    _no_extra(initial, where, "np.max")
-    return reduce("reduce_max", x, axis, keepdims)
+    return _reduce_extra("reduce_max", x, axis, keepdims, None, initial, where, "np.max")
 
 
 @implements(np.min, np.amin)
 def amin(x, axis=None, out=None, keepdims=False, initial=None, where=None):
     no_out(out, "np.min")
-    _no_extra(initial, where, "np.min")
-    return reduce("reduce_min", x, axis, keepdims)
+    return _reduce_extra("reduce_min", x, axis, keepdims, None, initial, where, "np.min")
 
 
 def count(x, axis):
@@ -144,11 +164,15 @@ def count(x, axis):
 
 @implements(np.mean)
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    """np.mean; with `where=`, the mean of the elements the mask keeps (NaN where it keeps none)."""
     no_out(out, "np.mean")
-    _no_extra(None, where, "np.mean")
     x = as_operand(x)
     if dtype is None and x.dtype.kind in "biu":
         dtype = np.float64
+    if where is not None:
+        kept = broadcast_to(as_operand(where), shape_of(x))
+        s = _reduce_extra("reduce_sum", x, axis, keepdims, dtype, None, kept, "np.mean")
+        return divide(s, reduce("reduce_sum", cast(kept, s.dtype), axis, keepdims))
     s = reduce("reduce_sum", x, axis, keepdims, dtype)
     return divide(s, float(count(x, axis)))
 

@@ -277,6 +277,28 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
         if len(s) != nd or builtins.any(s[i] != shapes[0][i] for i in range(nd) if i != axis):
             raise ShapeError(f"concatenate: all input dimensions except axis {axis} must match, got "
                              f"{shapes}{where()}")
+    merged = []          # neighbouring constants joined now: one constant operand
+    for a in arrays:
+        if merged and not isinstance(a, Tensor) and not isinstance(merged[-1], Tensor):
+            merged[-1] = np.concatenate([merged[-1], a], axis=axis)
+        else:
+            merged.append(a)
+    return _concatenate_tree(merged, axis)
+
+
+CONCAT_MAX_INPUTS = 32      # operands per concatenate node (a loop's read of its operand is a
+                            # select over them: 1,000 made a Python expression too deep to compile)
+
+
+def _concatenate_tree(arrays, axis):
+    if len(arrays) == 1:
+        return arrays[0]
+    if len(arrays) > CONCAT_MAX_INPUTS:
+        k = CONCAT_MAX_INPUTS
+        arrays = [_concatenate_tree(arrays[i:i + k], axis) for i in range(0, len(arrays), k)]
+        return _concatenate_tree(arrays, axis)
+    if not builtins.any(isinstance(a, Tensor) for a in arrays):
+        return np.concatenate(arrays, axis=axis)
     return bind("concatenate", *arrays, axis=axis)
 
 

@@ -70,6 +70,10 @@ op("scipy.linalg.cho_solve-lower", lambda a, b: sla.cho_solve(sla.cho_factor(spd
 # symmetric eigendecomposition
 op("linalg.eigh-w", lambda a: np.linalg.eigh(spd(a))[0], *SQ)
 op("linalg.eigh-vv", lambda a: np.linalg.eigh(spd(a)).eigenvectors ** 2, ((3, 3),), ((2, 4, 4),))
+op("linalg.eigvalsh", lambda a: np.linalg.eigvalsh(spd(a)), *SQ)
+op("linalg.eigvalsh-U", lambda a: np.linalg.eigvalsh(spd(a), UPLO="U"), ((3, 3),))
+for _n in (0, 1, 2, 3, 5, -1, -3):
+    op(f"linalg.matrix_power[{_n}]", lambda a, _n=_n: np.linalg.matrix_power(wc(a) * 0.3, _n), ((3, 3),), ((2, 3, 3),))
 op("linalg.eigh-recon", lambda a: (lambda w, v: (v * w[..., None, :]) @ np.swapaxes(v, -1, -2))(
     *np.linalg.eigh(spd(a))), ((3, 3),))
 op("linalg.eigh-L-read", lambda a: np.linalg.eigh(upper_noise(a))[1] ** 2, ((3, 3),))

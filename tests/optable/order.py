@@ -121,6 +121,14 @@ for _q, _axis, _kd in [(30, None, False), (50, 1, False), (0, 0, True), (100, -1
 op("quantile-int-q", lambda x: np.quantile(x, 1, axis=0), M)
 op("average", lambda x: np.average(x), M)
 op("average-axis", lambda x: np.average(x, axis=(0, -1), keepdims=True), T)
+op("cov", lambda x: np.cov(x), ((3, 6),), ((6,),))
+op("cov-rowvar-bias", lambda x: np.cov(x, rowvar=False, bias=True), ((6, 3),))
+op("cov-y-ddof", lambda x, y: np.cov(x, y, ddof=2), ((2, 6), (6,)))
+op("cov-fweights-aweights", lambda x, a: np.cov(x, fweights=np.array([1, 2, 1, 3, 1]), aweights=a),
+   ((3, 5), (5,)), domain=("real", "positive"))
+op("cov-aweights-ddof0", lambda x: np.cov(x, aweights=np.array([0.5, 1.0, 2.0, 1.5]), ddof=0), ((2, 4),))
+op("corrcoef", lambda x: np.corrcoef(x), ((3, 6),))
+op("corrcoef-xy-rowvar", lambda x, y: np.corrcoef(x, y, rowvar=False), ((6, 2), (6, 1)))
 op("average-weights", lambda x, w: np.average(x, weights=w), ((3, 4), (3, 4)), domain=("real", "positive"))
 op("average-weights-axis", lambda x, w: np.average(x, axis=1, weights=w), ((3, 4), (4,)),
    domain=("real", "positive"))

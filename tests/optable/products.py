@@ -16,6 +16,9 @@ op("np.matmul", lambda a, b: np.matmul(a, b), ((2, 3), (3, 4)), ((4, 2, 3), (1, 
 op("np.dot", lambda a, b: np.dot(a, b), ((3,), (3,)), ((2, 3), (3, 4)), ((2, 3), (3,)), ((3,), (3, 4)),
    ((), (3,)), ((2, 3), ()), ((2, 3, 4), (5, 4, 2)), ((2, 3, 4), (4,)), ((4,), (2, 4, 3)), ((2, 3), (4, 3, 5)))
 op("dot-method", lambda a, b: a.dot(b), ((2, 3), (3,)), ((2, 2, 3), (3, 2)))
+op("ufunc.outer-subtract", lambda a, b: np.subtract.outer(a, b), ((3,), (4,)), ((2, 3), (2,)))
+op("ufunc.outer-multiply-dtype", lambda a, b: np.multiply.outer(a, b, dtype=np.float64), ((3,), (2, 2)))
+op("ufunc.outer-hypot", lambda a, b: np.hypot.outer(a, b), ((3,), (4,)), domain="nonzero")
 op("np.outer", lambda a, b: np.outer(a, b), ((3,), (4,)), ((2, 3), (4,)), ((2, 2), (3, 1)), ((), (3,)))
 op("matmul-rmatmul-const", lambda a: np.ones((2, 3)) @ a @ np.arange(4.0), ((3, 4),))
 op("matmul-self", lambda a: a @ a.T, ((3, 4),))

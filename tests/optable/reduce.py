@@ -32,6 +32,17 @@ op("sum-of-scalar", lambda x: np.sum(x), ((),))
 op("mean-broadcast-back", lambda x: x - np.mean(x, axis=0, keepdims=True), ((4, 3),))
 op("max-reduce-ufunc", lambda x: np.maximum.reduce(x, axis=0), ((3, 4),))
 op("add-reduce-ufunc", lambda x: np.add.reduce(x, axis=1), ((3, 4),))
+op("add-accumulate-ufunc", lambda x: np.add.accumulate(x), ((5,),), ((3, 4),))
+op("multiply-accumulate-ufunc-axis1", lambda x: np.multiply.accumulate(x, axis=1), ((3, 4),), domain="nonzero")
+MASK34 = np.array([[True, False, True, True], [False, False, True, False], [True, True, True, False]])
+op("sum-where", lambda x: np.sum(x, where=MASK34), ((3, 4),))
+op("sum-where-row-initial", lambda x: np.sum(x, axis=1, where=MASK34[0], initial=1.5), ((3, 4),))
+op("sum-initial", lambda x: x.sum(axis=0, initial=-2.0), ((3, 4),))
+op("prod-where", lambda x: np.prod(x, axis=0, where=MASK34), ((3, 4),), domain="nonzero")
+op("max-where-initial", lambda x: np.max(x, axis=1, where=MASK34, initial=-5.0), ((3, 4),))
+op("min-initial", lambda x: np.min(x, axis=0, initial=0.25), ((3, 4),))
+op("mean-where", lambda x: np.mean(x, where=MASK34), ((3, 4),))
+op("mean-where-axis", lambda x: np.mean(x, axis=1, where=MASK34, keepdims=True), ((3, 4),))
 
 
 # stable composites

@@ -1,0 +1,597 @@
+"""Loop rerolling: a Python loop that tracing unrolled becomes one `scan` node again.
+
+A traced `for t in range(T):` records its body's nodes T times. Compiled as it is, a
+loop of small operations (a Kalman filter, an HMM, a Sinkhorn iteration) runs thousands
+of tiny steps, each a call from a Python entry; written with `jg.scan` the same program
+is one compiled loop (a Kalman filter of 25 steps: 2.1 ms against 0.26 ms per gradient).
+This pass finds the repetition in the traced forward graph and rewrites it as a scan
+before the reverse sweep, so the gradient is a scan as well (`api._trace_graph`).
+
+Finding it (`_candidates`). The forward nodes in creation order (constants and inputs
+left out) are a sequence whose period is the loop body: the pass looks for long runs
+where node i and node i + p have the same op, shape and dtype, for the periods p that
+occur most often as the distance between two nodes of the same kind.
+
+Checking it (`_plan`). The run is cut into k blocks of p nodes. Offsets whose inputs all
+come from outside the run (or from other such offsets) are *hoisted*: they stay where
+they are and reach the body as invariants (when every block computes the same value) or
+as rows of a stacked input (a slice `ys[t]` becomes one strided slice, a constant such
+as `dt * t` one constant array). Every other offset is the body, and in every block it
+must read the same things: a node of its own block at the same offset, a node of the
+previous block (a carry; the first block reads its initial value from outside the run)
+or the same outside slot, with the same parameters. A value of block b that a node after
+the run reads becomes the scan's final carry (the last block's carries) or a row of a
+stacked output. Anything else (a block reading two blocks back, a carry changing shape)
+fails the check, and the run is tried again without its first block.
+
+Growing it. Tracing makes the first iteration differ: values that only read the
+function's arguments (`A.T`) are made there and reused after, and NumPy has already
+reshaped plain initial arrays (`np.zeros(n)`). So the run is grown by dataflow, not by
+signatures (`_match`): the block before the first is the nodes that computed the first
+block's initial carries, matched offset by offset against the body (a constant where
+the body reshapes its carry stands for the carry reshaped back); the block after the
+last is the nodes that read the last block's carries, where offsets the loop's last
+iteration left dead may be missing (the scan computes them and nothing reads them).
+The signature run may start inside an iteration; `_best_rotation` tries later starts
+and keeps the run that grows to the most iterations.
+
+When it pays (`_pays`): see TINY_S and REROLL_MAX_S. A body of elementwise ops only
+stays unrolled (one fused loop) unless the run is long (ELEMENTWISE_MAX_NODES: its
+compile would grow with it). `jit_grad(reroll=False)`, a `remat` policy or a
+`checkpoint` region keep loops unrolled; $JITGRAPH_REROLL=0 turns the pass off, and
+JITGRAPH_REROLL=strict (the test suite's) makes a rewrite that fails an error instead of
+a silent fallback to the unrolled program.
+
+The scan computes the same operations per iteration in the same order; compiled, it
+may round differently from the unrolled program where fusion differs (gradients agreed
+to 1e-15 relative on the programs tried).
+"""
+import os
+
+import numpy as np
+
+from .core import bind
+from .graph import Node, flops, substitute, toposort
+from .numpy_api import cast
+from .ops.control import _scan
+from .ops.registry import PRIMS
+
+MIN_TRIPS = 3           # blocks a run needs to become a scan
+MIN_NODES = 24          # body nodes times trips
+MAX_LOOPS = 8           # runs rerolled per trace
+_CANDIDATE_PERIODS = 16
+_ROTATION_WORK = 200_000    # node visits spent looking for a run's best rotation
+# kinds of op that end a fused loop: a body holding one runs a step per iteration anyway
+_STEP_KINDS = ("reduce", "index", "linalg", "control")
+# An iteration's estimated time (its flops at these rates, as codegen's estimate) under which
+# a scan runs faster than the unrolled steps, whose fixed costs (a Python entry's call of each
+# step, ~5 us) then dominate: a Kalman filter of 4 x 4 matrices (0.1 us per iteration) ran
+# 2.1 -> 0.26 ms. Above it, a body with a product stays unrolled: an LSTM and a GRU of
+# 16 x 64 states (5 and 10 us) ran 1.3x and 1.12x slower as scans. Bodies without products
+# are rerolled up to REROLL_MAX_S: an HMM's (11 us) and a heat equation's (4 us) ran 1.16x and
+# 1.2x faster; a Lennard-Jones step of 216 particles (420 us) ran 3.5x slower as a scan.
+TINY_S = 2e-6
+# An elementwise body unrolled is one fused loop (an explicit Euler integration of 8 states:
+# 0.02 ms per gradient for 1,000 steps, against 4 ms for 10,000 as a fori_loop), but its
+# compile grows with its length: 2.8 s for 100 steps (1,110 nodes), 77 s for 1,000. Runs of
+# at least this many nodes become scans.
+ELEMENTWISE_MAX_NODES = 2000
+REROLL_MAX_S = 50e-6
+_LOOP_FLOPS, _LIBRARY_FLOPS = 4e9, 40e9
+
+
+def enabled():
+    """False under JITGRAPH_REROLL=0."""
+    return os.environ.get("JITGRAPH_REROLL", "1") != "0"
+
+
+def reroll_loops(trace, roots):
+    """`roots` (forward nodes of `trace`) with repeated loop bodies rewritten as scans;
+    the same list when nothing is rerolled. Run-time checks (`trace.checks`) are remapped."""
+    if not enabled() or trace.regions:
+        return list(roots)
+    n_roots = len(roots)
+    roots = list(roots) + [node for _, node, _ in trace.checks]
+    for _ in range(MAX_LOOPS):
+        nodes = sorted(toposort(roots), key=lambda n: n.id)
+        plan = _find(nodes, roots)
+        if plan is None:
+            break
+        new = _rebuild(trace, nodes, plan)
+        if new is None:
+            break
+        roots = [new.get(r.id, r) for r in roots]
+    trace.checks = [(kind, node, info) for (kind, _, info), node in zip(trace.checks, roots[n_roots:])]
+    return roots[:n_roots]
+
+
+# ---- finding a run ------------------------------------------------------------------------------------
+def _find(nodes, roots):
+    seq = [n for n in nodes if n.op not in ("input", "const")]
+    if len(seq) < MIN_NODES:
+        return None
+    users = {}
+    for n in nodes:
+        for i in n.inputs:
+            users.setdefault(i.id, []).append(n)
+    root_ids = {r.id for r in roots}
+    for _, p, start, k in _candidates(seq):
+        while k >= MIN_TRIPS:
+            plan = _plan(seq, start, p, k, users, root_ids)
+            if plan is not None:
+                return _best_rotation(plan, seq, start, p, k, users, root_ids)
+            start, k = start + p, k - 1
+    return None
+
+
+def _best_rotation(plan, seq, start, p, k, users, root_ids):
+    """The plan with the most blocks among `plan` and the runs that start s = 1, 2, ... nodes
+    later (k - 1 blocks before extending). The first block that signatures find may straddle
+    two iterations (it starts with the last node of an iteration that tracing interleaved
+    with hoisted values); shifted to the iteration's start, the iteration before it matches
+    as a whole block and the scan covers every iteration."""
+    if plan.front_extended or k - 1 < MIN_TRIPS:
+        return plan
+    shifts = min(p - 1, max(1, _ROTATION_WORK // (p * k)))
+    for s in range(1, shifts + 1):
+        other = _plan(seq, start + s, p, k - 1, users, root_ids)
+        if other is not None and other.k > plan.k:
+            plan = other
+            if plan.front_extended:
+                break
+    return plan
+
+
+def _candidates(seq):
+    """(covered nodes, period, start, trips) of the longest periodic run for each likely
+    period, most nodes first."""
+    kinds = {}
+    sig = np.array([kinds.setdefault((n.op, n.shape, n.dtype.str, len(n.inputs)), len(kinds)) for n in seq])
+    n = len(sig)
+    nxt = {}
+    dist = np.zeros(n, dtype=np.int64)
+    for i in range(n - 1, -1, -1):
+        j = nxt.get(sig[i])
+        if j is not None:
+            dist[i] = j - i
+        nxt[sig[i]] = i
+    counts = np.bincount(dist[dist > 1])
+    periods = [int(p) for p in np.argsort(counts)[::-1][:_CANDIDATE_PERIODS] if counts[p] >= MIN_TRIPS - 1]
+    found = []
+    for p in periods:
+        if 2 * p > n:
+            continue
+        eq = np.concatenate(([False], sig[:-p] == sig[p:], [False]))
+        edges = np.flatnonzero(np.diff(eq.astype(np.int8)))
+        starts, ends = edges[::2], edges[1::2]
+        if not len(starts):
+            continue
+        best = int(np.argmax(ends - starts))
+        start, length = int(starts[best]), int(ends[best] - starts[best])
+        k = (length + p) // p
+        if k >= MIN_TRIPS:
+            found.append((k * p, p, start, k))
+    found.sort(key=lambda c: (-c[0], c[1]))
+    return found
+
+
+# ---- checking a run -----------------------------------------------------------------------------------
+class _Plan:
+    """A checked run. blocks[b] maps each body offset r to its node in block b (the last
+    block may lack offsets its iteration left dead); `template` is a full block, `slots[r]`
+    what each input of offset r reads: ("in", r2) a node of the same block, ("prev", r2) one
+    of the previous block (the first block reads `inits[r2]`), ("inv", node) the same value
+    in every block, ("x", i) row b of stacked input i, whose rows are `xrows[i]`."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _plan(seq, start, p, k, users, root_ids):
+    blocks = [seq[start + b * p: start + (b + 1) * p] for b in range(k)]
+    pos = {n.id: (b, r) for b, blk in enumerate(blocks) for r, n in enumerate(blk)}
+
+    hoisted = [False] * p
+    changed = True
+    while changed:
+        changed = False
+        for r in range(p):
+            if not hoisted[r] and all(i.id not in pos or hoisted[pos[i.id][1]]
+                                      for blk in blocks for i in blk[r].inputs):
+                hoisted[r] = changed = True
+    body = [r for r in range(p) if not hoisted[r]]
+    if not body or len(body) * k < MIN_NODES:
+        return None
+    if not _pays([blocks[0][r] for r in body], k):
+        return None
+    in_body = {blk[r].id for blk in blocks for r in body}
+
+    slots, inits, xrows, xkeys = {}, {}, [], {}
+    for r in body:
+        t = blocks[1][r]
+        if any(blk[r].op != t.op or blk[r].params != t.params or blk[r].shape != t.shape
+               or blk[r].dtype != t.dtype or len(blk[r].inputs) != len(t.inputs) for blk in blocks):
+            return None
+        slots[r] = []
+        for j in range(len(t.inputs)):
+            got = []
+            for b, blk in enumerate(blocks):
+                u = blk[r].inputs[j]
+                if u.id in in_body:
+                    bu, ru = pos[u.id]
+                    if bu == b:
+                        got.append(("in", ru))
+                    elif bu == b - 1:
+                        got.append(("prev", ru))
+                    else:
+                        return None
+                else:
+                    got.append(("out", u))
+            kind = got[1][0]
+            if any(g[0] != kind or (kind != "out" and g[1] != got[1][1]) for g in got[1:]):
+                return None
+            if kind == "prev":
+                if got[0][0] != "out":
+                    return None
+                ru, u0 = got[1][1], got[0][1]
+                if ru in inits and not _same_value(inits[ru], u0):
+                    return None
+                inits[ru] = u0
+                slots[r].append(("prev", ru))
+            elif kind == "in":
+                if got[0] != got[1]:
+                    return None
+                slots[r].append(got[1])
+            else:
+                if got[0][0] != "out":
+                    return None
+                us = [g[1] for g in got]
+                if all(_same_value(us[0], u) for u in us[1:]):
+                    slots[r].append(("inv", us[0]))
+                elif all(u.shape == us[0].shape and u.dtype == us[0].dtype for u in us):
+                    key = tuple(u.id for u in us)
+                    if key not in xkeys:
+                        xkeys[key] = len(xrows)
+                        xrows.append(us)
+                    slots[r].append(("x", xkeys[key]))
+                else:
+                    return None
+    plan = _Plan(blocks=[{r: blk[r] for r in body} for blk in blocks], body=body,
+                 template={r: blocks[1][r] for r in body}, slots=slots, inits=inits, xrows=xrows,
+                 front_extended=False)
+    while _extend_front(plan, users):
+        plan.front_extended = True
+    while _extend_back(plan, users):
+        pass
+    return _finish(plan, users, root_ids)
+
+
+def _match(plan, seeds, taken, fixed_prev):
+    """Offsets -> nodes of a new block, grown from `seeds` [(offset, node)] by the slots: an
+    "in" input must be the same block's node of that offset. Returns (block, inits, rows):
+    the nodes the block reads as its previous block's carries (`fixed_prev`: those known,
+    offset -> node) and as stacked rows; None where a node or input disagrees."""
+    block, prev, rows, folded = {}, dict(fixed_prev or {}), {}, set()
+    work = list(seeds)
+    while work:
+        r, node = work.pop()
+        if r in block:
+            if block[r] is not node:
+                return None
+            continue
+        t = plan.template[r]
+        if node.op == "const" and t.op in ("reshape", "transpose") and plan.slots[r][0][0] == "prev":
+            # NumPy reshaped a plain array (a loop's initial np.zeros) where later iterations
+            # reshape the carried value: the initial carry is that array shaped back
+            u = _unshaped(node, t, plan.template[plan.slots[r][0][1]])
+            ru = plan.slots[r][0][1]
+            if u is None or (ru in prev and not _same_value(prev[ru], u)):
+                return None
+            prev.setdefault(ru, u)
+            folded.add(r)
+            continue
+        if node.id in taken or node.op != t.op or node.params != t.params or node.shape != t.shape \
+                or node.dtype != t.dtype or len(node.inputs) != len(t.inputs):
+            return None
+        block[r] = node
+        for s, u in zip(plan.slots[r], node.inputs):
+            if s[0] == "in":
+                work.append((s[1], u))
+            elif s[0] == "prev":
+                if s[1] in prev and not (fixed_prev and prev[s[1]] is u) and not _same_value(prev[s[1]], u):
+                    return None
+                prev.setdefault(s[1], u)
+            elif s[0] == "inv":
+                if not _same_value(s[1], u):
+                    return None
+            else:
+                row = plan.xrows[s[1]][0]
+                if u.shape != row.shape or u.dtype != row.dtype or rows.get(s[1], u) is not u:
+                    return None
+                rows[s[1]] = u
+    return block, prev, rows, folded
+
+
+def _unshaped(const, op, carry):
+    """A constant node `c` such that `op` (a reshape or transpose node) applied to it gives
+    the value of `const`, in the carry's shape and dtype; None where there is none."""
+    v = np.asarray(const.value)
+    v = v.reshape(carry.shape) if op.op == "reshape" else np.transpose(v, np.argsort(op.p["perm"]))
+    if v.shape != carry.shape or v.dtype != carry.dtype:
+        return None
+    return Node("const", (), {}, v.shape, v.dtype, value=v)
+
+
+def _extend_front(plan, users):
+    """Add the block before the first when the first block's initial carries are the
+    carried nodes of a full block matching the template (a first iteration that tracing
+    interleaved with values it hoisted); True if added."""
+    taken = {n.id for blk in plan.blocks for n in blk.values()}
+    got = _match(plan, [(ru, u) for ru, u in plan.inits.items()], taken, None)
+    if got is None:
+        return False
+    block, prev, rows, folded = got
+    grown = True
+    while grown and len(block) + len(folded) < len(plan.body):
+        grown = False
+        for r in plan.body:
+            if r in block or r in folded:
+                continue
+            for cand in _readers(plan, r, block, users):
+                trial = _match(plan, [(r, cand)] + list(block.items()), taken, None)
+                if trial is not None:
+                    block, prev, rows, folded = trial
+                    grown = True
+                    break
+    ids = {n.id for n in block.values()}
+    if not block or len(block) + len(folded) < len(plan.body) or len(rows) < len(plan.xrows) or any(u.id in ids for u in prev.values()) \
+            or any(s[0] == "inv" and s[1].id in ids for ss in plan.slots.values() for s in ss) \
+            or any(u.id in ids for us in plan.xrows for u in us) \
+            or _reaches([s[1] for ss in plan.slots.values() for s in ss if s[0] == "inv"]
+                        + [u for us in plan.xrows for u in us] + list(rows.values()), ids, min(ids)):
+        return False
+    plan.blocks.insert(0, block)
+    plan.inits = prev
+    for i, us in enumerate(plan.xrows):
+        us.insert(0, rows[i])
+    return True
+
+
+def _extend_back(plan, users):
+    """Add the block after the last one: the nodes that read the last block's carries as the
+    template does, and their users as far as they match. Offsets it lacks (left dead by the
+    loop's last iteration) run in the scan on the same carries and are not read; True if
+    added (never after a block that lacks offsets)."""
+    last = plan.blocks[-1]
+    if len(last) < len(plan.body):
+        return False
+    taken = {n.id for blk in plan.blocks for n in blk.values()}
+    seeds = []
+    for r in plan.body:
+        for j, s in enumerate(plan.slots[r]):
+            if s[0] == "prev" and s[1] in last:
+                cands = [v for v in users.get(last[s[1]].id, ()) if v.op == plan.template[r].op
+                         and len(v.inputs) > j and v.inputs[j] is last[s[1]]]
+                if len(cands) == 1:
+                    seeds.append((r, cands[0]))
+    if not seeds:
+        return False
+    got = _match(plan, seeds, taken, {ru: last[ru] for ru in last})
+    if got is None:
+        return False
+    block, prev, rows, _ = got
+    grown = True
+    while grown:
+        grown = False
+        for r in plan.body:
+            if r in block:
+                continue
+            for cand in _readers(plan, r, block, users):
+                trial = _match(plan, [(r, cand)] + list(block.items()), taken, {ru: last[ru] for ru in last})
+                if trial is not None:
+                    block, prev, rows, _ = trial
+                    grown = True
+                    break
+    ids = {n.id for n in block.values()}
+    if any(prev[ru] is not last.get(ru) for ru in prev) or len(rows) < len(plan.xrows) \
+            or _reaches(list(rows.values()), ids, min(ids)):
+        return False
+    plan.blocks.append(block)
+    for i, us in enumerate(plan.xrows):
+        us.append(rows[i])
+    return True
+
+
+def _readers(plan, r, block, users):
+    """Nodes that could be offset r of a block being matched: users of a node of the block
+    that offset r reads through an "in" slot, at that input."""
+    for j, s in enumerate(plan.slots[r]):
+        if s[0] == "in" and s[1] in block:
+            src = block[s[1]]
+            return [v for v in users.get(src.id, ()) if v.op == plan.template[r].op
+                    and len(v.inputs) > j and v.inputs[j] is src and v not in block.values()]
+    return []
+
+
+def _finish(plan, users, root_ids):
+    """The carries, the stacked outputs and the outside reads of a checked run (None when an
+    initial carry does not fit)."""
+    blocks, k = plan.blocks, len(plan.blocks)
+    plan.k = k
+    plan.carried = sorted(plan.inits)
+    for ru in plan.carried:
+        readers = [plan.template[r] for r in plan.body if ("prev", ru) in plan.slots[r]]
+        if not _init_fits(plan.inits[ru], plan.template[ru], readers):
+            return None
+    plan.in_body = {n.id for blk in blocks for n in blk.values()}
+    plan.outside = {}
+    for b, blk in enumerate(blocks):
+        for r, n in blk.items():
+            if n.id in root_ids or any(v.id not in plan.in_body for v in users.get(n.id, ())):
+                plan.outside.setdefault(r, []).append(b)
+    plan.ys = [r for r, bs in sorted(plan.outside.items()) if any(b != k - 1 or r not in plan.inits for b in bs)]
+    plan.first = min(n.id for n in blocks[0].values())
+    return plan
+
+
+def _pays(body, trips):
+    """Is a scan of this body (one iteration's nodes) expected to beat its unrolled steps?"""
+    kinds = [PRIMS[n.op].kind for n in body]
+    if not any(k in _STEP_KINDS for k in kinds):
+        # elementwise: one fused loop unrolled, T passes as a scan; but the unrolled loop's
+        # compile grows faster than its length
+        return len(body) * trips >= ELEMENTWISE_MAX_NODES
+    seconds = sum(flops(n) / (_LIBRARY_FLOPS if k == "linalg" else _LOOP_FLOPS) for n, k in zip(body, kinds))
+    if seconds <= TINY_S:
+        return True
+    return seconds <= REROLL_MAX_S and not any(n.op in ("matmul", "matmul_add") for n in body)
+
+
+def _init_fits(u, carry, readers):
+    """Can `u` start the carry `carry` (a node of block 0) that `readers` read? It must have
+    the carry's shape and dtype, or be a scalar that every reader combines elementwise."""
+    if u.shape == carry.shape and u.dtype == carry.dtype:
+        return True
+    if u.shape != () or not np.can_cast(u.dtype, carry.dtype, "same_kind"):
+        return False
+    return all(PRIMS[n.op].kind == "elementwise" for n in readers)
+
+
+def _same_value(a, b, depth=0):
+    """Do nodes `a` and `b` certainly hold the same value (the same node, equal constants, or
+    the same op with the same parameters on inputs that hold the same values, looking at
+    most 32 nodes deep)?"""
+    if a is b:
+        return True
+    if depth > 32 or a.op != b.op or a.shape != b.shape or a.dtype != b.dtype or a.params != b.params:
+        return False
+    if a.op == "const":
+        return np.asarray(a.value).tobytes() == np.asarray(b.value).tobytes()
+    if a.op == "input" or len(a.inputs) != len(b.inputs):
+        return False
+    return all(_same_value(x, y, depth + 1) for x, y in zip(a.inputs, b.inputs))
+
+
+# ---- rewriting --------------------------------------------------------------------------------------
+def _rebuild(trace, nodes, plan):
+    """The scan for `plan` bound in `trace`; returns the map old node id -> new node for the
+    nodes after the run (None if the body does not replay to the same shapes)."""
+    k, n_checks = plan.k, len(trace.checks)
+    try:
+        init = []
+        for ru in plan.carried:
+            u, c = trace.tracer(plan.inits[ru]), plan.template[ru]
+            if u.dtype != c.dtype:
+                u = cast(u, c.dtype)
+            init.append(np.broadcast_to(u, c.shape) if u.shape != c.shape else u)
+        xs = []
+        for us in plan.xrows:
+            values = [_constant(u) for u in us]
+            if all(v is not None for v in values):     # a constant per iteration (dt * t)
+                xs.append(trace.tracer(trace.const(np.stack(values))))
+                continue
+            x = _strided(trace, us)
+            xs.append(np.stack([trace.tracer(u) for u in us]) if x is None else x)
+
+        def step(i, carry, x):
+            env = {}
+            for r in plan.body:
+                t = plan.template[r]
+                ins = []
+                for s in plan.slots[r]:
+                    if s[0] == "in":
+                        ins.append(env[s[1]])
+                    elif s[0] == "prev":
+                        ins.append(carry[plan.carried.index(s[1])])
+                    elif s[0] == "x":
+                        ins.append(x[s[1]])
+                    elif s[1].op == "const":
+                        ins.append(s[1].value)
+                    else:
+                        ins.append(trace.tracer(s[1]))
+                v = bind(t.op, *ins, **t.p)
+                if tuple(np.shape(v)) != t.shape or np.dtype(v.dtype) != t.dtype:
+                    raise _Mismatch(t)
+                env[r] = v
+            return [env[r] for r in plan.carried], [env[r] for r in plan.ys]
+
+        step.__qualname__ = "rerolled_loop"
+        carry, ys = _scan(step, init, xs, k, False, 0, "scan", step)
+    except Exception:
+        # the unrolled program stays as it was traced; JITGRAPH_REROLL=strict (the test
+        # suite's setting) makes a failed rewrite an error instead
+        del trace.checks[n_checks:]
+        if os.environ.get("JITGRAPH_REROLL") == "strict":
+            raise
+        return None
+    replace = {}
+    for r, bs in plan.outside.items():
+        for b in bs:
+            if b == k - 1 and r in plan.inits:
+                replace[plan.blocks[b][r].id] = trace.to_node(carry[plan.carried.index(r)])
+            else:
+                replace[plan.blocks[b][r].id] = trace.to_node(ys[plan.ys.index(r)][b])
+    after = [n for n in nodes if n.id > plan.first and n.id not in plan.in_body]
+    return substitute(after, replace)
+
+
+def _constant(node, depth=0):
+    """The value of a node computed from constants only (a broadcast of dt * t), else None."""
+    if node.op == "const":
+        return np.asarray(node.value)
+    if node.op == "input" or depth > 8 or PRIMS[node.op].multiple or PRIMS[node.op].kind == "control":
+        return None
+    args = [_constant(i, depth + 1) for i in node.inputs]
+    if any(a is None for a in args):
+        return None
+    return np.asarray(PRIMS[node.op].impl(*args, **node.p), dtype=node.dtype)
+
+
+def _reaches(roots, ids, floor):
+    """Does a node of `roots` depend on one of `ids`? (Only nodes made after `floor` are walked.)"""
+    seen, work = set(), list(roots)
+    while work:
+        n = work.pop()
+        if n.id in ids:
+            return True
+        if n.id >= floor and n.id not in seen:
+            seen.add(n.id)
+            work.extend(n.inputs)
+    return False
+
+
+def _strided(trace, us):
+    """`np.stack(us)` as one strided slice when each of `us` is row `s0 + b * d` (b = 0, 1, ...)
+    of the same array along one axis (`ys[t]`, `x[:, t]`, optionally reshaped): the stacked
+    copy and its adjoint (a `pad_slice` per row) become one slice and one `pad_slice`.
+    None for any other `us`."""
+    reshaped = us[0].op == "reshape"
+    vs = [u.inputs[0] if reshaped else u for u in us]
+    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
+            or any(v.inputs[0] is not vs[0].inputs[0] for v in vs):
+        return None
+    k = len(vs)
+    starts = np.array([v.p["starts"] for v in vs])
+    stops = np.array([v.p["stops"] for v in vs])
+    steps = vs[0].p["steps"]
+    if any(v.p["steps"] != steps for v in vs):
+        return None
+    moving = np.flatnonzero((starts != starts[0]).any(axis=0))
+    if len(moving) != 1:
+        return None
+    i = int(moving[0])
+    d = int(starts[1, i] - starts[0, i])
+    if d < 1 or vs[0].shape[i] != 1 or (starts[:, i] != starts[0, i] + d * np.arange(k)).any() \
+            or (np.delete(stops, i, axis=1) != np.delete(stops[0], i)).any():
+        return None
+    lo = int(starts[0, i])
+    x = bind("slice", trace.tracer(vs[0].inputs[0]), starts=tuple(int(v) for v in starts[0]),
+             stops=tuple(lo + d * (k - 1) + 1 if a == i else int(v) for a, v in enumerate(stops[0])),
+             steps=tuple(d if a == i else int(v) for a, v in enumerate(steps)))
+    if i:
+        x = np.moveaxis(x, i, 0)
+    return np.reshape(x, (k,) + us[0].shape)
+
+
+class _Mismatch(Exception):
+    """A replayed body node came out with another shape or dtype than the one it replays."""

@@ -1,0 +1,252 @@
+"""Loop rerolling (jitgraph/reroll.py): a Python loop that tracing unrolled becomes a scan.
+
+Each program is traced twice, rerolled and unrolled (reroll=False), and both joint graphs run
+on the reference interpreter: values and gradients must agree to rounding. The structure
+checks say whether the loop became a scan and over how many iterations."""
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph.api import eval_graph, trace_graph
+
+pytestmark = pytest.mark.xdist_group("reroll")
+
+
+def scans(graph):
+    return [n for n in graph.nodes if n.op == "scan"]
+
+
+def forward_scans(graph):
+    return [n for n in scans(graph) if not n.p["reverse"]]
+
+
+def check(fun, args, argnums=0, has_aux=False, rtol=1e-12):
+    """The rerolled joint graph and the unrolled one compute the same value and gradients
+    (and aux); returns the rerolled graph."""
+    g1 = trace_graph(fun, args, argnums, has_aux, grad=True)
+    g0 = trace_graph(fun, args, argnums, has_aux, grad=True, reroll=False)
+    g1.verify()
+    got, want = eval_graph(g1, *args), eval_graph(g0, *args)
+    for a, b in zip(jg.tree.tree_flatten(got)[0], jg.tree.tree_flatten(want)[0]):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-14)
+    return g1
+
+
+# ---- programs -----------------------------------------------------------------------------------
+def kalman(params, ys):
+    A, C = params["A"], params["C"]
+    Q = np.diag(np.exp(params["log_q"]))
+    R = np.diag(np.exp(params["log_r"]))
+    n, k = A.shape[0], C.shape[0]
+    m, P, nll = np.zeros(n), np.eye(n), 0.0
+    for t in range(ys.shape[0]):
+        m = A @ m
+        P = A @ P @ A.T + Q
+        S = C @ P @ C.T + R
+        v = ys[t] - C @ m
+        _, logdet = np.linalg.slogdet(S)
+        nll = nll + 0.5 * (logdet + v @ np.linalg.solve(S, v) + k * np.log(2 * np.pi))
+        K = P @ C.T @ np.linalg.inv(S)
+        m = m + K @ v
+        P = (np.eye(n) - K @ C) @ P
+        P = 0.5 * (P + P.T)
+    return nll
+
+
+def kalman_args(T=9, seed=0):
+    rng = np.random.default_rng(seed)
+    params = {"A": np.eye(3) * 0.9 + 0.05 * rng.standard_normal((3, 3)), "C": rng.standard_normal((2, 3)),
+              "log_q": np.log(np.full(3, 0.1)), "log_r": np.log(np.full(2, 0.05))}
+    return params, rng.standard_normal((T, 2))
+
+
+def rnn(W, U, xs):
+    """Outputs collected in a list and stacked (the scan's stacked outputs)."""
+    h = np.zeros(W.shape[0])
+    hs = []
+    for t in range(xs.shape[0]):
+        h = np.tanh(W @ h + U @ xs[t])
+        hs.append(h)
+    H = np.stack(hs)
+    return np.sum(H ** 2) + np.mean(H[:, 0])
+
+
+def rnn_args(T=7, seed=1):
+    rng = np.random.default_rng(seed)
+    return 0.5 * rng.standard_normal((4, 4)), rng.standard_normal((4, 3)), rng.standard_normal((T, 3))
+
+
+def test_a_kalman_filter_becomes_one_scan_over_every_step():
+    args = kalman_args()
+    g = check(kalman, args)
+    fwd = forward_scans(g)
+    assert len(fwd) == 1 and fwd[0].p["length"] == 9
+    assert len(g.nodes) < len(trace_graph(kalman, args, grad=True, reroll=False).nodes) / 3
+
+
+def test_stacked_outputs_of_an_rnn():
+    g = check(rnn, rnn_args(), argnums=(0, 1))
+    assert [n.p["length"] for n in forward_scans(g)] == [7]
+
+
+def test_time_dependent_constants_and_columns():
+    def f(w, X):
+        x, dt = np.ones(3), 0.1
+        for t in range(X.shape[1]):
+            x = x + dt * np.tanh(w @ x) * (t * dt) + X[:, t]      # t * dt: a constant per step
+        return np.sum(x ** 2)
+    rng = np.random.default_rng(2)
+    g = check(f, (0.3 * rng.standard_normal((3, 3)), rng.standard_normal((3, 6))))
+    assert [n.p["length"] for n in forward_scans(g)] == [6]
+
+
+def test_a_reversed_loop():
+    def f(w, X):
+        h = np.zeros(3)
+        for t in reversed(range(X.shape[0])):
+            h = np.tanh(w @ h + X[t])
+        return np.sum(h)
+    rng = np.random.default_rng(3)
+    g = check(f, (rng.standard_normal((3, 3)), rng.standard_normal((5, 3))))
+    assert [n.p["length"] for n in forward_scans(g)] == [5]
+
+
+def test_two_loops_become_two_scans():
+    def f(w, X):
+        h = np.zeros(3)
+        for t in range(X.shape[0]):
+            h = np.tanh(w @ h + X[t])
+        g = h
+        for t in range(X.shape[0]):
+            g = np.sin(w.T @ g) * X[t]
+        return np.sum(g * h)
+    rng = np.random.default_rng(4)
+    g = check(f, (0.5 * rng.standard_normal((3, 3)), rng.standard_normal((6, 3))))
+    assert sorted(n.p["length"] for n in forward_scans(g)) == [6, 6]
+
+
+def test_an_integer_start_and_a_scalar_start_of_a_vector_carry():
+    def f(w, X):
+        s, h = 0, 0.0          # an int that becomes a float, a scalar that becomes a vector
+        for t in range(X.shape[0]):
+            h = np.tanh(w @ X[t] + h)
+            s = s + np.sum(h * h)
+        return s
+    rng = np.random.default_rng(5)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((6, 3))))
+
+
+def test_a_value_of_a_middle_iteration_and_aux():
+    def f(w, X):
+        h, losses = np.zeros(3), []
+        for t in range(X.shape[0]):
+            h = np.tanh(w @ h + X[t])
+            losses.append(np.sum(h ** 2))
+        return losses[3] + np.mean(np.array(losses)), {"h2": h, "first": losses[0]}
+    rng = np.random.default_rng(6)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((8, 3))), has_aux=True)
+
+
+def test_a_loop_reading_two_steps_back_stays_correct():
+    def f(w, X):
+        a, b = np.zeros(3), np.ones(3)
+        for t in range(X.shape[0]):
+            a, b = b, np.tanh(w @ b + 0.5 * a + X[t])
+        return np.sum(b)
+    rng = np.random.default_rng(7)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((7, 3))))
+
+
+def test_alternating_bodies_stay_correct():
+    def f(w, X):
+        h = np.zeros(3)
+        for t in range(X.shape[0]):
+            h = np.tanh(w @ h + X[t]) if t % 2 else np.sin(w.T @ h) + X[t]
+        return np.sum(h ** 2)
+    rng = np.random.default_rng(8)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((9, 3))))
+
+
+def test_loops_with_control_flow_inside():
+    def f(w, X):
+        h = np.zeros(3)
+        for t in range(X.shape[0]):
+            h = jg.cond(np.sum(h) > 0, lambda a: np.tanh(w @ a), lambda a: np.sin(w @ a), h) + X[t]
+        return np.sum(h ** 2)
+    rng = np.random.default_rng(9)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((5, 3))))
+
+
+def test_what_stays_unrolled():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(8)
+
+    def chain(x):                # elementwise only: one fused loop unrolled, T passes as a scan
+        for _ in range(20):
+            x = np.sin(x) * 1.1
+        return np.sum(x)
+
+    def short(w, X):             # two iterations
+        h = np.zeros(3)
+        for t in range(2):
+            h = np.tanh(w @ h + X[t])
+        return np.sum(h)
+
+    assert not scans(check(chain, (x,)))
+    assert not scans(check(short, (rng.standard_normal((3, 3)), rng.standard_normal((2, 3)))))
+
+
+def test_option_and_environment_turn_it_off(monkeypatch):
+    args = kalman_args(T=5)
+    assert not scans(jg.jit_grad(kalman, reroll=False).lower(*args).graph)
+    assert not scans(jg.jit_grad(kalman, remat="sqrt").lower(*args).graph)   # remat acts on the steps
+    monkeypatch.setenv("JITGRAPH_REROLL", "0")
+    assert not scans(trace_graph(kalman, args, grad=True))
+
+
+def test_forward_only_jit():
+    W, U, xs = rnn_args()
+
+    def f(W, U, xs):
+        h = np.zeros(4)
+        for t in range(xs.shape[0]):
+            h = np.tanh(W @ h + U @ xs[t])
+        return h, np.sum(h)
+    g = trace_graph(f, (W, U, xs))
+    assert [n.p["length"] for n in scans(g)] == [7]
+    got = eval_graph(g, W, U, xs)
+    want = f(W, U, xs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
+
+
+def test_compiled_kalman_and_rnn_agree_with_eager():
+    args = kalman_args()
+    f = jg.jit_grad(kalman)
+    v, g = f(*args)
+    ev, eg = jg.value_and_grad(kalman)(*args)
+    assert forward_scans(f.lower(*args).graph)
+    np.testing.assert_allclose(v, ev, rtol=1e-12)
+    for k in g:
+        np.testing.assert_allclose(g[k], eg[k], rtol=1e-11, atol=1e-13)
+    args = rnn_args()
+    v, g = jg.jit_grad(rnn, argnums=(0, 1))(*args)
+    ev, eg = jg.value_and_grad(rnn, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(v, ev, rtol=1e-12)
+    for a, b in zip(g, eg):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
+def test_a_long_elementwise_loop_becomes_a_scan_with_constant_rows():
+    """An explicit Euler integration of 600 steps: elementwise, but long enough that its unrolled
+    compile would dominate; the per-step constants (np.sin(dt * i)) become one constant array."""
+    steps, dt = 600, 1.0 / 600
+
+    def f(k, y0):
+        y = y0
+        for i in range(steps):
+            y = y + dt * (-k * y + np.sin(dt * i))
+        return np.sum(y ** 2)
+    args = (np.linspace(0.5, 2.0, 4), np.linspace(-1.0, 1.0, 4))
+    g = check(f, args, argnums=(0, 1))
+    assert [n.p["length"] for n in forward_scans(g)] == [600] and len(g.nodes) < 40
