@@ -324,6 +324,12 @@ def run_checks(graph, flat):
             raise ValueError("Integers to negative integer powers are not allowed.")
         elif kind == "index" and not -info[0] <= v < info[0]:
             raise IndexError(f"index {v} is out of bounds for axis {info[1]} with size {info[0]}")
+        elif kind == "bincount_negative" and v < 0:
+            raise ValueError("'list' argument must have no negative elements")
+        elif kind == "bincount_bins" and v >= info:
+            raise ValueError(f"np.bincount: the value {v} needs {v + 1} bins but the traced function "
+                             f"makes minlength={info} (its result's size was fixed when tracing); pass a "
+                             f"minlength above every value")
     return flat[:n]
 
 

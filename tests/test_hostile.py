@@ -570,3 +570,22 @@ def test_concatenating_many_pieces_and_indexing_with_ranges():
     np.testing.assert_allclose(v, f(x), rtol=1e-12)
     np.testing.assert_allclose(ve, f(x), rtol=1e-12)
     np.testing.assert_allclose(g, ge, rtol=1e-11, atol=1e-12)
+
+
+def test_bincount_of_traced_integers_checks_its_bins_when_it_runs():
+    """np.bincount(x, minlength=n) of integers that are arguments: n bins, and a run whose values
+    need more bins (or are negative) raises instead of returning counts, in both tiers."""
+    def f(h, d):
+        return np.sum(h / (1.0 + np.bincount(d, minlength=5))) + np.sum(np.bincount(d, h[d % 5], 5) ** 2)
+    h, d = np.arange(5.0) + 1, np.array([0, 1, 2, 2, 4, 4, 4])
+    want = jg.value_and_grad(f)(h, d)
+    for wait in (True, False):
+        v, g = jg.jit_grad(f, wait=wait)(h, d)
+        np.testing.assert_allclose(v, f(h, d), rtol=1e-13)
+        np.testing.assert_allclose(g, want[1], rtol=1e-13)
+        with pytest.raises(ValueError, match="needs 8 bins .* minlength=5"):
+            jg.jit_grad(f, wait=wait)(h, np.array([0, 7]))
+        with pytest.raises(ValueError, match="must have no negative elements"):
+            jg.jit_grad(f, wait=wait)(h, np.array([0, -1]))
+    with pytest.raises(jg.NotSupportedError, match="needs minlength="):
+        jg.jit_grad(lambda h, d: np.sum(h[:3] * np.bincount(d)))(h, d)

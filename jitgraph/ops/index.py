@@ -24,7 +24,7 @@ from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
                          reshape, runtime_check, shape_of, transpose, view_of, write_into,
                          zeros_like)
-from .elementwise import add, equal, less, multiply, where_
+from .elementwise import add, equal, less, maximum, minimum, multiply, where_
 from .reduce import amax, amin
 from .registry import implements, method, register
 from .shape import ravel, slice_dims
@@ -524,9 +524,10 @@ def bincount(x, weights=None, minlength=0):
     integers `x`, which must be known while tracing (the number of bins, max(x) + 1, sizes
     the result). A scatter-add: its gradient gathers."""
     if isinstance(x, Tensor):
-        raise NotSupportedError(f"np.bincount of traced integers is not supported: the number of bins, "
-                                f"max(x) + 1, would only be known when the function runs; make the bins "
-                                f"with counts = np.zeros(n) and np.add.at(counts, x, w){where()}")
+        known = _known(x)
+        if known is None:
+            return _traced_bincount(x, weights, minlength)
+        x = known
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError("object too deep for desired array" if x.ndim > 1 else "object of too small depth "
@@ -547,6 +548,39 @@ def bincount(x, weights=None, minlength=0):
     if tuple(shape_of(w)) != x.shape:
         raise ValueError("The weights and list don't have the same length.")
     return bind("scatter_add", *lift([w, x]), axis=0, size=size)
+
+
+def _traced_bincount(x, weights, minlength):
+    """np.bincount of integers known only when the function runs: `minlength` bins (NumPy makes
+    max(x) + 1 when that is more; a run where it would is an error, since the traced program's
+    result has a size fixed when tracing)."""
+    minlength = operator.index(minlength)
+    if minlength <= 0:
+        raise NotSupportedError(f"np.bincount of traced integers needs minlength=: the number of bins, "
+                                f"max(x) + 1, would only be known when the function runs; pass "
+                                f"minlength=n for n bins (values must stay below n){where()}")
+    if len(shape_of(x)) != 1:
+        raise ValueError("object too deep for desired array" if len(shape_of(x)) > 1 else
+                         "object of too small depth for desired array")
+    if x.dtype.kind not in "biu":
+        raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') according to "
+                        f"the rule 'safe'")
+    n = shape_of(x)[0]
+    if n == 0:
+        return np.zeros(minlength, np.intp if weights is None else np.float64)
+    x = cast(x, np.int64)
+    runtime_check(amin(x), "bincount_negative", None)
+    runtime_check(amax(x), "bincount_bins", minlength)
+    if weights is None:
+        w = np.ones(n, np.intp)
+    else:
+        w = cast(as_operand(weights), np.float64)
+        if tuple(shape_of(w)) != (n,):
+            raise ValueError("The weights and list don't have the same length.")
+    # a value out of range counts in an end bin, and the run-time checks then raise NumPy's
+    # error (or say minlength was too small) instead of returning the counts
+    x = minimum(maximum(x, 0), minlength - 1)
+    return bind("scatter_add", *lift([w, x]), axis=0, size=minlength)
 
 
 @implements(np.put)

@@ -228,3 +228,6 @@ for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), (
                    ("np.eye rows", _eye_rows), ("np.zeros constant", _constant_buffer),
                    ("np.add.at into np.zeros", _zeros_add_at), ("np.bincount weights", _bincount)]:
     op(_name, _fn, ((4, 5),))
+# integers known only when the function runs: minlength bins (run-time checks for the rest)
+op("np.bincount traced ints", lambda w, i: np.bincount(i, weights=w, minlength=7) + np.bincount(i, minlength=7),
+   ((6,), np.array([0, 2, 2, 5, 1, 6])))
