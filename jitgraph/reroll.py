@@ -3,7 +3,7 @@
 A traced `for t in range(T):` records its body's nodes T times. Compiled as it is, a
 loop of small operations (a Kalman filter, an HMM, a Sinkhorn iteration) runs thousands
 of tiny steps, each a call from a Python entry; written with `jg.scan` the same program
-is one compiled loop (a Kalman filter of 25 steps: 2.1 ms against 0.26 ms per gradient).
+is one compiled loop (a Kalman filter of 25 steps: 2.5 ms against 0.9 ms per gradient).
 This pass finds the repetition in the traced forward graph and rewrites it as a scan
 before the reverse sweep, so the gradient is a scan as well (`api._trace_graph`).
 
@@ -29,9 +29,10 @@ function's arguments (`A.T`) are made there and reused after, and NumPy has alre
 reshaped plain initial arrays (`np.zeros(n)`). So the run is grown by dataflow, not by
 signatures (`_match`): the block before the first is the nodes that computed the first
 block's initial carries, matched offset by offset against the body (a constant where
-the body reshapes its carry stands for the carry reshaped back); the block after the
-last is the nodes that read the last block's carries, where offsets the loop's last
-iteration left dead may be missing (the scan computes them and nothing reads them).
+the body reshapes or broadcasts its carry stands for the carry shaped back); the block
+after the last is the nodes that read the last block's carries, when they make a whole
+block (a last iteration whose updates nothing reads stays unrolled: the scan would
+compute them, and a dead sqrt(0) made the reverse sweep's 0 * inf a NaN).
 The signature run may start inside an iteration; `_best_rotation` tries later starts
 and keeps the run that grows to the most iterations.
 
@@ -59,6 +60,7 @@ from .ops.registry import PRIMS
 MIN_TRIPS = 3           # blocks a run needs to become a scan
 MIN_NODES = 24          # body nodes times trips
 MAX_LOOPS = 8           # runs rerolled per trace
+MAX_DROPPED = 2         # first blocks a failed check drops before the run is given up
 _CANDIDATE_PERIODS = 16
 _ROTATION_WORK = 200_000    # node visits spent looking for a run's best rotation
 # kinds of op that end a fused loop: a body holding one runs a step per iteration anyway
@@ -66,7 +68,7 @@ _STEP_KINDS = ("reduce", "index", "linalg", "control")
 # An iteration's estimated time (its flops at these rates, as codegen's estimate) under which
 # a scan runs faster than the unrolled steps, whose fixed costs (a Python entry's call of each
 # step, ~5 us) then dominate: a Kalman filter of 4 x 4 matrices (0.1 us per iteration) ran
-# 2.1 -> 0.26 ms. Above it, a body with a product stays unrolled: an LSTM and a GRU of
+# 2.5 -> 0.9 ms (0.26 ms with its last step in the scan too). Above it, a body with a product stays unrolled: an LSTM and a GRU of
 # 16 x 64 states (5 and 10 us) ran 1.3x and 1.12x slower as scans. Bodies without products
 # are rerolled up to REROLL_MAX_S: an HMM's (11 us) and a heat equation's (4 us) ran 1.16x and
 # 1.2x faster; a Lennard-Jones step of 216 particles (420 us) ran 3.5x slower as a scan.
@@ -116,7 +118,12 @@ def _find(nodes, roots):
             users.setdefault(i.id, []).append(n)
     root_ids = {r.id for r in roots}
     for _, p, start, k in _candidates(seq):
-        while k >= MIN_TRIPS:
+        # a first block that differs is dropped (at most MAX_DROPPED: a run that fails for
+        # another reason would fail as often as it has blocks); _extend_front takes back the
+        # ones that match after all
+        for _ in range(MAX_DROPPED + 1):
+            if k < MIN_TRIPS:
+                break
             plan = _plan(seq, start, p, k, users, root_ids)
             if plan is not None:
                 return _best_rotation(plan, seq, start, p, k, users, root_ids)
@@ -126,19 +133,17 @@ def _find(nodes, roots):
 
 def _best_rotation(plan, seq, start, p, k, users, root_ids):
     """The plan with the most blocks among `plan` and the runs that start s = 1, 2, ... nodes
-    later (k - 1 blocks before extending). The first block that signatures find may straddle
+    later (k - 1 blocks before growing). The first block that signatures find may straddle
     two iterations (it starts with the last node of an iteration that tracing interleaved
-    with hoisted values); shifted to the iteration's start, the iteration before it matches
-    as a whole block and the scan covers every iteration."""
-    if plan.front_extended or k - 1 < MIN_TRIPS:
+    with hoisted values); shifted to an iteration's start, the iterations before and after
+    the run match as whole blocks and the scan covers them all."""
+    if k - 1 < MIN_TRIPS:
         return plan
     shifts = min(p - 1, max(1, _ROTATION_WORK // (p * k)))
     for s in range(1, shifts + 1):
         other = _plan(seq, start + s, p, k - 1, users, root_ids)
         if other is not None and other.k > plan.k:
             plan = other
-            if plan.front_extended:
-                break
     return plan
 
 
@@ -200,7 +205,7 @@ def _plan(seq, start, p, k, users, root_ids):
                                       for blk in blocks for i in blk[r].inputs):
                 hoisted[r] = changed = True
     body = [r for r in range(p) if not hoisted[r]]
-    if not body or len(body) * k < MIN_NODES:
+    if not body:
         return None
     if not _pays([blocks[0][r] for r in body], k):
         return None
@@ -280,15 +285,21 @@ def _match(plan, seeds, taken, fixed_prev):
                 return None
             continue
         t = plan.template[r]
-        if node.op == "const" and t.op in ("reshape", "transpose") and plan.slots[r][0][0] == "prev":
-            # NumPy reshaped a plain array (a loop's initial np.zeros) where later iterations
-            # reshape the carried value: the initial carry is that array shaped back
-            u = _unshaped(node, t, plan.template[plan.slots[r][0][1]])
-            ru = plan.slots[r][0][1]
-            if u is None or (ru in prev and not _same_value(prev[ru], u)):
+        if node.op == "const" and t.op in ("reshape", "transpose", "broadcast") \
+                and plan.slots[r][0][0] in ("prev", "in"):
+            # NumPy reshaped or broadcast a plain array (a loop's initial np.zeros) where later
+            # iterations do so to the carried value: the initial carry is that array shaped back
+            kind, src = plan.slots[r][0]
+            u = _unshaped(node, t, plan.template[src])
+            if u is None:
                 return None
-            prev.setdefault(ru, u)
             folded.add(r)
+            if kind == "in":
+                work.append((src, u))
+                continue
+            if src in prev and not _same_value(prev[src], u):
+                return None
+            prev.setdefault(src, u)
             continue
         if node.id in taken or node.op != t.op or node.params != t.params or node.shape != t.shape \
                 or node.dtype != t.dtype or len(node.inputs) != len(t.inputs):
@@ -312,14 +323,24 @@ def _match(plan, seeds, taken, fixed_prev):
     return block, prev, rows, folded
 
 
-def _unshaped(const, op, carry):
-    """A constant node `c` such that `op` (a reshape or transpose node) applied to it gives
-    the value of `const`, in the carry's shape and dtype; None where there is none."""
+def _unshaped(const, op, operand):
+    """A constant node `c` such that `op` (a reshape, transpose or broadcast node) applied to
+    it gives the value of `const`, in the shape and dtype of `op`'s operand `operand`; None
+    where there is none (a broadcast whose value varies along the axes it broadcasts)."""
     v = np.asarray(const.value)
-    v = v.reshape(carry.shape) if op.op == "reshape" else np.transpose(v, np.argsort(op.p["perm"]))
-    if v.shape != carry.shape or v.dtype != carry.dtype:
+    if op.op == "reshape":
+        v = v.reshape(operand.shape)
+    elif op.op == "transpose":
+        v = np.transpose(v, np.argsort(op.p["perm"]))
+    else:
+        lead = v.ndim - len(operand.shape)
+        v = v[(0,) * lead + tuple(slice(0, 1) if d == 1 else slice(None) for d in operand.shape)]
+        if v.shape != operand.shape or np.broadcast_to(v, const.shape).tobytes() != \
+                np.asarray(const.value).tobytes():
+            return None
+    if v.shape != operand.shape or v.dtype != operand.dtype:
         return None
-    return Node("const", (), {}, v.shape, v.dtype, value=v)
+    return Node("const", (), {}, v.shape, v.dtype, value=np.ascontiguousarray(v))
 
 
 def _extend_front(plan, users):
@@ -359,12 +380,11 @@ def _extend_front(plan, users):
 
 def _extend_back(plan, users):
     """Add the block after the last one: the nodes that read the last block's carries as the
-    template does, and their users as far as they match. Offsets it lacks (left dead by the
-    loop's last iteration) run in the scan on the same carries and are not read; True if
-    added (never after a block that lacks offsets)."""
+    template does, and their users as far as they match; True if added. Only a whole block:
+    a last iteration that left values dead stays unrolled after the scan, which would compute
+    them (a dead sqrt(0) gave the reverse sweep 0 * inf = NaN), and code after a loop that
+    starts as the body does is not taken for one more iteration."""
     last = plan.blocks[-1]
-    if len(last) < len(plan.body):
-        return False
     taken = {n.id for blk in plan.blocks for n in blk.values()}
     seeds = []
     for r in plan.body:
@@ -393,8 +413,8 @@ def _extend_back(plan, users):
                     grown = True
                     break
     ids = {n.id for n in block.values()}
-    if any(prev[ru] is not last.get(ru) for ru in prev) or len(rows) < len(plan.xrows) \
-            or _reaches(list(rows.values()), ids, min(ids)):
+    if len(block) < len(plan.body) or any(prev[ru] is not last.get(ru) for ru in prev) \
+            or len(rows) < len(plan.xrows) or _reaches(list(rows.values()), ids, min(ids)):
         return False
     plan.blocks.append(block)
     for i, us in enumerate(plan.xrows):
@@ -418,6 +438,8 @@ def _finish(plan, users, root_ids):
     initial carry does not fit)."""
     blocks, k = plan.blocks, len(plan.blocks)
     plan.k = k
+    if len(plan.body) * k < MIN_NODES:
+        return None
     plan.carried = sorted(plan.inits)
     for ru in plan.carried:
         readers = [plan.template[r] for r in plan.body if ("prev", ru) in plan.slots[r]]
@@ -430,8 +452,14 @@ def _finish(plan, users, root_ids):
             if n.id in root_ids or any(v.id not in plan.in_body for v in users.get(n.id, ())):
                 plan.outside.setdefault(r, []).append(b)
     plan.ys = [r for r, bs in sorted(plan.outside.items()) if any(b != k - 1 or r not in plan.inits for b in bs)]
+    if any(_tuple_valued(plan.template[r]) for r in plan.ys + plan.carried):
+        return None         # (a tuple node read after the loop: its element is read there, not stacked)
     plan.first = min(n.id for n in blocks[0].values())
     return plan
+
+
+def _tuple_valued(node):
+    return node.op in PRIMS and PRIMS[node.op].multiple
 
 
 def _pays(body, trips):

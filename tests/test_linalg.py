@@ -642,3 +642,16 @@ def test_a_solve_with_many_right_hand_sides_runs_in_column_blocks():
     (v, grad), (v0, grad0) = fg(k), jg.value_and_grad(loss)(k)
     np.testing.assert_allclose(v, v0, rtol=1e-12)
     np.testing.assert_allclose(grad, grad0, rtol=1e-9, atol=1e-12 * np.abs(grad0).max())
+
+
+def test_solve_with_a_constant_matrix_and_a_traced_right_hand_side():
+    """A NumPy matrix against a traced right-hand side (the triangular-factor test read the
+    matrix's graph node, which a constant does not have)."""
+    A = np.eye(3) * 2 + np.triu(np.ones((3, 3)), 1)
+    f = lambda w: np.sum(np.linalg.solve(A, w) ** 2) + np.sum(np.linalg.inv(A) @ w)  # noqa: E731
+    w = np.arange(9.0).reshape(3, 3)
+    v, g = jg.value_and_grad(f)(w)
+    vj, gj = jg.jit_grad(f)(w)
+    np.testing.assert_allclose(v, f(w), rtol=1e-13)
+    np.testing.assert_allclose(vj, f(w), rtol=1e-13)
+    np.testing.assert_allclose(gj, g, rtol=1e-12)

@@ -577,7 +577,9 @@ def _solve(a, b):
 
 def _triangle(a):
     """True (False) when traced `a` is a lower (upper) triangular matrix by construction: a
-    Cholesky factor, or one with its last two axes swapped; else None."""
+    Cholesky factor, or one with its last two axes swapped; else None (a constant `a` too)."""
+    if not isinstance(a, Tensor):
+        return None
     node = a.node
     if node.op == "cholesky":
         return True
