@@ -338,6 +338,29 @@ def np_name(obj):
 
 UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
 UFUNC_ACCUMULATE = {np.add: np.cumsum, np.multiply: np.cumprod}
+# associative ufuncs whose accumulate runs as log2(n) passes (the identity pads the shifted copy)
+UFUNC_SCANS = {np.maximum: -np.inf, np.minimum: np.inf, np.fmax: -np.inf, np.fmin: np.inf,
+               np.logaddexp: -np.inf}
+
+
+def _doubling_scan(ufunc, x, axis):
+    """ufunc.accumulate(x, axis) as ceil(log2 n) steps y = ufunc(y, y shifted by 1, 2, 4, ...
+    along the axis): max/min exactly as NumPy's running loop, logaddexp to rounding."""
+    x = as_operand(x)
+    if x.dtype.kind != "f":
+        raise NotSupportedError(f"np.{ufunc.__name__}.accumulate of {x.dtype.name} values is not supported"
+                                f"{where()}")
+    nd = len(shape_of(x))
+    axis = norm_axis(axis, nd)
+    n = shape_of(x)[axis]
+    y, shift = x, 1
+    while shift < n:
+        pad_shape = tuple(shift if d == axis else s for d, s in enumerate(shape_of(x)))
+        head = tuple(slice(0, n - shift) if d == axis else slice(None) for d in range(nd))
+        shifted = np.concatenate([np.full(pad_shape, UFUNC_SCANS[ufunc], x.dtype), y[head]], axis=axis)
+        y = ufunc(y, shifted)
+        shift *= 2
+    return y
 
 
 def _write_out(out, result, name, inputs=()):
@@ -392,6 +415,8 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
         r = FUNCTIONS[UFUNC_REDUCE[ufunc]](*inputs, **kwargs)
     elif how == "accumulate" and ufunc in UFUNC_ACCUMULATE and set(kwargs) <= {"axis", "dtype"}:
         r = FUNCTIONS[UFUNC_ACCUMULATE[ufunc]](*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
+    elif how == "accumulate" and ufunc in UFUNC_SCANS and len(inputs) == 1 and set(kwargs) <= {"axis"}:
+        r = _doubling_scan(ufunc, inputs[0], kwargs.get("axis", 0))
     elif how == "outer" and ufunc.nin == 2 and ufunc in UFUNCS and set(kwargs) <= {"dtype"}:
         a, b = (x if isinstance(x, Tensor) else np.asarray(x) for x in inputs)
         # every element of a against all of b: a's axes first, then b's
