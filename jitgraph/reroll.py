@@ -44,13 +44,14 @@ JITGRAPH_REROLL=strict (the test suite's) makes a rewrite that fails an error in
 a silent fallback to the unrolled program.
 
 The scan computes the same operations per iteration in the same order; compiled, it
-may round differently from the unrolled program where fusion differs (gradients agreed
-to 1e-15 relative on the programs tried).
+may round differently from the unrolled program where fusion differs (values and
+gradients agreed within 1e-14 relative on the programs tried).
 """
 import os
 
 import numpy as np
 
+from .codegen.emit_cpu import EST_LIBRARY_FLOPS, EST_LOOP_FLOPS
 from .core import bind
 from .graph import Node, flops, substitute, toposort
 from .numpy_api import cast
@@ -65,11 +66,11 @@ _CANDIDATE_PERIODS = 16
 _ROTATION_WORK = 200_000    # node visits spent looking for a run's best rotation
 # kinds of op that end a fused loop: a body holding one runs a step per iteration anyway
 _STEP_KINDS = ("reduce", "index", "linalg", "control")
-# An iteration's estimated time (its flops at these rates, as codegen's estimate) under which
-# a scan runs faster than the unrolled steps, whose fixed costs (a Python entry's call of each
-# step, ~5 us) then dominate: a Kalman filter of 4 x 4 matrices (0.1 us per iteration) ran
-# 2.5 -> 0.9 ms (0.26 ms with its last step in the scan too). Above it, a body with a product stays unrolled: an LSTM and a GRU of
-# 16 x 64 states (5 and 10 us) ran 1.3x and 1.12x slower as scans. Bodies without products
+# An iteration's estimated time (its flops at codegen's estimated rates) under which a scan
+# runs faster than the unrolled steps, whose fixed costs (a Python entry's call of each step,
+# ~5 us) then dominate: a Kalman filter of 4 x 4 matrices (0.1 us per iteration) ran 2.5 ->
+# 0.9 ms (0.26 ms with its last step in the scan too). Above it, a body with a product stays
+# unrolled: an LSTM and a GRU of 16 x 64 states (5 and 10 us) ran 1.3x and 1.12x slower as scans. Bodies without products
 # are rerolled up to REROLL_MAX_S: an HMM's (11 us) and a heat equation's (4 us) ran 1.16x and
 # 1.2x faster; a Lennard-Jones step of 216 particles (420 us) ran 3.5x slower as a scan.
 TINY_S = 2e-6
@@ -79,7 +80,6 @@ TINY_S = 2e-6
 # at least this many nodes become scans.
 ELEMENTWISE_MAX_NODES = 2000
 REROLL_MAX_S = 50e-6
-_LOOP_FLOPS, _LIBRARY_FLOPS = 4e9, 40e9
 
 
 def enabled():
@@ -182,8 +182,8 @@ def _candidates(seq):
 
 # ---- checking a run -----------------------------------------------------------------------------------
 class _Plan:
-    """A checked run. blocks[b] maps each body offset r to its node in block b (the last
-    block may lack offsets its iteration left dead); `template` is a full block, `slots[r]`
+    """A checked run. blocks[b] maps each body offset r to its node in block b; `template`
+    is the block the others are checked against, `slots[r]`
     what each input of offset r reads: ("in", r2) a node of the same block, ("prev", r2) one
     of the previous block (the first block reads `inits[r2]`), ("inv", node) the same value
     in every block, ("x", i) row b of stacked input i, whose rows are `xrows[i]`."""
@@ -262,10 +262,9 @@ def _plan(seq, start, p, k, users, root_ids):
                 else:
                     return None
     plan = _Plan(blocks=[{r: blk[r] for r in body} for blk in blocks], body=body,
-                 template={r: blocks[1][r] for r in body}, slots=slots, inits=inits, xrows=xrows,
-                 front_extended=False)
+                 template={r: blocks[1][r] for r in body}, slots=slots, inits=inits, xrows=xrows)
     while _extend_front(plan, users):
-        plan.front_extended = True
+        pass
     while _extend_back(plan, users):
         pass
     return _finish(plan, users, root_ids)
@@ -273,9 +272,10 @@ def _plan(seq, start, p, k, users, root_ids):
 
 def _match(plan, seeds, taken, fixed_prev):
     """Offsets -> nodes of a new block, grown from `seeds` [(offset, node)] by the slots: an
-    "in" input must be the same block's node of that offset. Returns (block, inits, rows):
-    the nodes the block reads as its previous block's carries (`fixed_prev`: those known,
-    offset -> node) and as stacked rows; None where a node or input disagrees."""
+    "in" input must be the same block's node of that offset. Returns (block, prev, rows,
+    folded): the block, the nodes it reads as its previous block's carries (`fixed_prev`:
+    those known, offset -> node) and as stacked rows, and the offsets it holds as constants;
+    None where a node or input disagrees."""
     block, prev, rows, folded = {}, dict(fixed_prev or {}), {}, set()
     work = list(seeds)
     while work:
@@ -351,19 +351,7 @@ def _extend_front(plan, users):
     got = _match(plan, [(ru, u) for ru, u in plan.inits.items()], taken, None)
     if got is None:
         return False
-    block, prev, rows, folded = got
-    grown = True
-    while grown and len(block) + len(folded) < len(plan.body):
-        grown = False
-        for r in plan.body:
-            if r in block or r in folded:
-                continue
-            for cand in _readers(plan, r, block, users):
-                trial = _match(plan, [(r, cand)] + list(block.items()), taken, None)
-                if trial is not None:
-                    block, prev, rows, folded = trial
-                    grown = True
-                    break
+    block, prev, rows, folded = _grow(plan, got, taken, users, None)
     ids = {n.id for n in block.values()}
     if not block or len(block) + len(folded) < len(plan.body) or len(rows) < len(plan.xrows) or any(u.id in ids for u in prev.values()) \
             or any(s[0] == "inv" and s[1].id in ids for ss in plan.slots.values() for s in ss) \
@@ -396,22 +384,10 @@ def _extend_back(plan, users):
                     seeds.append((r, cands[0]))
     if not seeds:
         return False
-    got = _match(plan, seeds, taken, {ru: last[ru] for ru in last})
+    got = _match(plan, seeds, taken, last)
     if got is None:
         return False
-    block, prev, rows, _ = got
-    grown = True
-    while grown:
-        grown = False
-        for r in plan.body:
-            if r in block:
-                continue
-            for cand in _readers(plan, r, block, users):
-                trial = _match(plan, [(r, cand)] + list(block.items()), taken, {ru: last[ru] for ru in last})
-                if trial is not None:
-                    block, prev, rows, _ = trial
-                    grown = True
-                    break
+    block, prev, rows, _ = _grow(plan, got, taken, users, last)
     ids = {n.id for n in block.values()}
     if len(block) < len(plan.body) or any(prev[ru] is not last.get(ru) for ru in prev) \
             or len(rows) < len(plan.xrows) or _reaches(list(rows.values()), ids, min(ids)):
@@ -420,6 +396,21 @@ def _extend_back(plan, users):
     for i, us in enumerate(plan.xrows):
         us.append(rows[i])
     return True
+
+
+def _grow(plan, got, taken, users, fixed_prev):
+    """`_match`'s result `got` with the offsets no seed reaches through its inputs added, as
+    long as a reader of the block's nodes (`_readers`) matches one of them."""
+    while len(got[0]) + len(got[3]) < len(plan.body):
+        block, folded = got[0], got[3]
+        trials = (_match(plan, [(r, cand)] + list(block.items()), taken, fixed_prev)
+                  for r in plan.body if r not in block and r not in folded
+                  for cand in _readers(plan, r, block, users))
+        trial = next((t for t in trials if t is not None), None)
+        if trial is None:
+            return got
+        got = trial
+    return got
 
 
 def _readers(plan, r, block, users):
@@ -469,7 +460,7 @@ def _pays(body, trips):
         # elementwise: one fused loop unrolled, T passes as a scan; but the unrolled loop's
         # compile grows faster than its length
         return len(body) * trips >= ELEMENTWISE_MAX_NODES
-    seconds = sum(flops(n) / (_LIBRARY_FLOPS if k == "linalg" else _LOOP_FLOPS) for n, k in zip(body, kinds))
+    seconds = sum(flops(n) / (EST_LIBRARY_FLOPS if k == "linalg" else EST_LOOP_FLOPS) for n, k in zip(body, kinds))
     if seconds <= TINY_S:
         return True
     return seconds <= REROLL_MAX_S and not any(n.op in ("matmul", "matmul_add") for n in body)

@@ -150,34 +150,32 @@ def test_a_value_of_a_middle_iteration_and_aux():
     check(f, (rng.standard_normal((3, 3)), rng.standard_normal((8, 3))), has_aux=True)
 
 
-def test_a_loop_reading_two_steps_back_stays_correct():
-    def f(w, X):
-        a, b = np.zeros(3), np.ones(3)
-        for t in range(X.shape[0]):
-            a, b = b, np.tanh(w @ b + 0.5 * a + X[t])
-        return np.sum(b)
-    rng = np.random.default_rng(7)
-    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((7, 3))))
+def _two_steps_back(w, X):
+    a, b = np.zeros(3), np.ones(3)
+    for t in range(X.shape[0]):
+        a, b = b, np.tanh(w @ b + 0.5 * a + X[t])
+    return np.sum(b)
 
 
-def test_alternating_bodies_stay_correct():
-    def f(w, X):
-        h = np.zeros(3)
-        for t in range(X.shape[0]):
-            h = np.tanh(w @ h + X[t]) if t % 2 else np.sin(w.T @ h) + X[t]
-        return np.sum(h ** 2)
-    rng = np.random.default_rng(8)
-    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((9, 3))))
+def _alternating(w, X):
+    h = np.zeros(3)
+    for t in range(X.shape[0]):
+        h = np.tanh(w @ h + X[t]) if t % 2 else np.sin(w.T @ h) + X[t]
+    return np.sum(h ** 2)
 
 
-def test_loops_with_control_flow_inside():
-    def f(w, X):
-        h = np.zeros(3)
-        for t in range(X.shape[0]):
-            h = jg.cond(np.sum(h) > 0, lambda a: np.tanh(w @ a), lambda a: np.sin(w @ a), h) + X[t]
-        return np.sum(h ** 2)
-    rng = np.random.default_rng(9)
-    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((5, 3))))
+def _cond_inside(w, X):
+    h = np.zeros(3)
+    for t in range(X.shape[0]):
+        h = jg.cond(np.sum(h) > 0, lambda a: np.tanh(w @ a), lambda a: np.sin(w @ a), h) + X[t]
+    return np.sum(h ** 2)
+
+
+@pytest.mark.parametrize("f, seed, steps", [(_two_steps_back, 7, 7), (_alternating, 8, 9), (_cond_inside, 9, 5)],
+                         ids=["two steps back", "alternating bodies", "cond inside"])
+def test_irregular_loops_stay_correct(f, seed, steps):
+    rng = np.random.default_rng(seed)
+    check(f, (rng.standard_normal((3, 3)), rng.standard_normal((steps, 3))))
 
 
 def test_what_stays_unrolled():

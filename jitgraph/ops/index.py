@@ -520,67 +520,52 @@ def ufunc_at(ufunc, x, key, value=None):
 
 @implements(np.bincount)
 def bincount(x, weights=None, minlength=0):
-    """np.bincount with recorded `weights`: the weights summed into bins by the non-negative
-    integers `x`, which must be known while tracing (the number of bins, max(x) + 1, sizes
-    the result). A scatter-add: its gradient gathers."""
-    if isinstance(x, Tensor):
-        known = _known(x)
-        if known is None:
-            return _traced_bincount(x, weights, minlength)
-        x = known
-    x = np.asarray(x)
-    if x.ndim != 1:
-        raise ValueError("object too deep for desired array" if x.ndim > 1 else "object of too small depth "
+    """np.bincount: the weights (or ones) summed into bins by the non-negative integers `x`.
+    Integers known while tracing make max(x) + 1 bins (at least `minlength`), as NumPy's;
+    integers known only when the function runs make `minlength` bins, and run-time checks
+    raise where NumPy's result would have more. A scatter-add: its gradient gathers."""
+    known = _known(x) if isinstance(x, Tensor) else np.asarray(x)
+    if known is None:
+        minlength = operator.index(minlength)
+        if minlength <= 0:
+            raise NotSupportedError(f"np.bincount of traced integers needs minlength=: the number of bins, "
+                                    f"max(x) + 1, would only be known when the function runs; pass "
+                                    f"minlength=n for n bins (values must stay below n){where()}")
+    ndim, dtype = len(shape_of(x)), (x if known is None else known).dtype
+    if ndim != 1:
+        raise ValueError("object too deep for desired array" if ndim > 1 else "object of too small depth "
                          "for desired array")
-    if x.dtype.kind not in "biu" and x.size:
-        raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') according to "
-                        f"the rule 'safe'")
-    if x.size and x.min() < 0:
-        raise ValueError("'list' argument must have no negative elements")
-    minlength = operator.index(minlength)       # (NumPy's TypeError for None and floats)
-    if minlength < 0:
-        raise ValueError("'minlength' must not be negative")
-    x = x.astype(np.intp)
-    size = builtins.max(minlength, int(x.max()) + 1 if x.size else 0)
-    if weights is None or not x.size:
-        return np.bincount(x, minlength=size)   # (of no values NumPy counts, whatever the weights)
-    w = cast(as_operand(weights), np.float64)
-    if tuple(shape_of(w)) != x.shape:
-        raise ValueError("The weights and list don't have the same length.")
-    return bind("scatter_add", *lift([w, x]), axis=0, size=size)
-
-
-def _traced_bincount(x, weights, minlength):
-    """np.bincount of integers known only when the function runs: `minlength` bins (NumPy makes
-    max(x) + 1 when that is more; a run where it would is an error, since the traced program's
-    result has a size fixed when tracing)."""
-    minlength = operator.index(minlength)
-    if minlength <= 0:
-        raise NotSupportedError(f"np.bincount of traced integers needs minlength=: the number of bins, "
-                                f"max(x) + 1, would only be known when the function runs; pass "
-                                f"minlength=n for n bins (values must stay below n){where()}")
-    if len(shape_of(x)) != 1:
-        raise ValueError("object too deep for desired array" if len(shape_of(x)) > 1 else
-                         "object of too small depth for desired array")
-    if x.dtype.kind not in "biu":
-        raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') according to "
-                        f"the rule 'safe'")
     n = shape_of(x)[0]
-    if n == 0:
-        return np.zeros(minlength, np.intp if weights is None else np.float64)
-    x = cast(x, np.int64)
-    runtime_check(amin(x), "bincount_negative", None)
-    runtime_check(amax(x), "bincount_bins", minlength)
+    if dtype.kind not in "biu" and (n or known is None):
+        raise TypeError(f"Cannot cast array data from dtype('{dtype}') to dtype('int64') according to "
+                        f"the rule 'safe'")
+    if known is None:
+        if n == 0:
+            return np.zeros(minlength, np.intp if weights is None else np.float64)
+        x, size = cast(x, np.int64), minlength
+        runtime_check(amin(x), "bincount_negative", None)
+        runtime_check(amax(x), "bincount_bins", minlength)
+    else:
+        if n and known.min() < 0:
+            raise ValueError("'list' argument must have no negative elements")
+        minlength = operator.index(minlength)       # (NumPy's TypeError for None and floats)
+        if minlength < 0:
+            raise ValueError("'minlength' must not be negative")
+        x = known.astype(np.intp)
+        size = builtins.max(minlength, int(x.max()) + 1 if n else 0)
+        if weights is None or not n:
+            return np.bincount(x, minlength=size)   # (of no values NumPy counts, whatever the weights)
     if weights is None:
         w = np.ones(n, np.intp)
     else:
         w = cast(as_operand(weights), np.float64)
         if tuple(shape_of(w)) != (n,):
             raise ValueError("The weights and list don't have the same length.")
-    # a value out of range counts in an end bin, and the run-time checks then raise NumPy's
-    # error (or say minlength was too small) instead of returning the counts
-    x = minimum(maximum(x, 0), minlength - 1)
-    return bind("scatter_add", *lift([w, x]), axis=0, size=minlength)
+    if known is None:
+        # a value out of range counts in an end bin, and the run-time checks then raise NumPy's
+        # error (or say minlength was too small) instead of returning the counts
+        x = minimum(maximum(x, 0), minlength - 1)
+    return bind("scatter_add", *lift([w, x]), axis=0, size=size)
 
 
 @implements(np.put)

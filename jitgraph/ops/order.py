@@ -1110,14 +1110,14 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     with y's variables after them; frequency and reliability weights as NumPy takes them."""
     if ddof is not None and ddof != int(ddof):
         raise ValueError(f"ddof must be integer{where()}")
-    dt = np.result_type(_dtype(m), np.float64) if dtype is None else np.dtype(dtype)
+    dt = np.result_type(as_operand(m).dtype, np.float64) if dtype is None else np.dtype(dtype)
     X = _as_rows(m, rowvar, dt)
     if y is not None:
         X = concatenate([X, _as_rows(y, rowvar, dt)], axis=0)
     if ddof is None:
         ddof = 0 if bias else 1
     n = shape_of(X)[1]
-    w = None
+    w, given = None, {}
     for weights, kind in ((fweights, "fweights"), (aweights, "aweights")):
         if weights is None:
             continue
@@ -1131,16 +1131,14 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
             raise RuntimeError(f"cannot handle multidimensional {kind}{where()}")
         if shape_of(weights)[0] != n:
             raise RuntimeError(f"incompatible numbers of samples and {kind}{where()}")
-        weights = cast(as_operand(weights), dt)
-        w = weights if w is None else multiply(w, weights)
+        given[kind] = cast(as_operand(weights), dt)
+        w = given[kind] if w is None else multiply(w, given[kind])
     if w is None:
         avg = divide(_sum(X, axis=1), float(n))
         fact = float(n - ddof)
         if fact <= 0:
             warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
             fact = 0.0
-        Xc = subtract(X, expand_dims(avg, 1))
-        c = matmul(Xc, transpose(Xc))
     else:
         w_sum = _sum(w)
         avg = divide(_sum(multiply(X, w), axis=1), w_sum)
@@ -1149,10 +1147,9 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         elif aweights is None:
             fact = subtract(w_sum, float(ddof))
         else:
-            fact = subtract(w_sum, divide(multiply(float(ddof), _sum(multiply(w, cast(as_operand(aweights), dt)))),
-                                          w_sum))
-        Xc = subtract(X, expand_dims(avg, 1))
-        c = matmul(Xc, transpose(multiply(Xc, w)))
+            fact = subtract(w_sum, divide(multiply(float(ddof), _sum(multiply(w, given["aweights"]))), w_sum))
+    Xc = subtract(X, expand_dims(avg, 1))
+    c = matmul(Xc, transpose(Xc if w is None else multiply(Xc, w)))
     c = multiply(c, divide(1.0, fact))
     return squeeze(c)
 
@@ -1176,6 +1173,3 @@ def corrcoef(x, y=None, rowvar=True, bias=np._NoValue, ddof=np._NoValue, *, dtyp
     c = divide(divide(c, expand_dims(d, 1)), expand_dims(d, 0))
     return clip(c, -1.0, 1.0)
 
-
-def _dtype(x):
-    return x.dtype if isinstance(x, Tensor) else np.asarray(x).dtype

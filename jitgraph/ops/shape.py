@@ -7,6 +7,7 @@ adjoint) are each other's adjoints; `update_slice` (an array with a slice
 written) is item assignment, `x[1:3] = v`.
 """
 import builtins
+import itertools
 
 import numpy as np
 
@@ -278,11 +279,9 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
             raise ShapeError(f"concatenate: all input dimensions except axis {axis} must match, got "
                              f"{shapes}{where()}")
     merged = []          # neighbouring constants joined now: one constant operand
-    for a in arrays:
-        if merged and not isinstance(a, Tensor) and not isinstance(merged[-1], Tensor):
-            merged[-1] = np.concatenate([merged[-1], a], axis=axis)
-        else:
-            merged.append(a)
+    for traced, run in itertools.groupby(arrays, lambda a: isinstance(a, Tensor)):
+        run = list(run)
+        merged += run if traced else [np.concatenate(run, axis=axis)]
     return _concatenate_tree(merged, axis)
 
 
@@ -291,14 +290,13 @@ CONCAT_MAX_INPUTS = 32      # operands per concatenate node (a loop's read of it
 
 
 def _concatenate_tree(arrays, axis):
+    """One concatenate node of `arrays` (no two neighbours constant), or a tree of them."""
     if len(arrays) == 1:
         return arrays[0]
     if len(arrays) > CONCAT_MAX_INPUTS:
         k = CONCAT_MAX_INPUTS
         arrays = [_concatenate_tree(arrays[i:i + k], axis) for i in range(0, len(arrays), k)]
         return _concatenate_tree(arrays, axis)
-    if not builtins.any(isinstance(a, Tensor) for a in arrays):
-        return np.concatenate(arrays, axis=axis)
     return bind("concatenate", *arrays, axis=axis)
 
 
