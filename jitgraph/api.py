@@ -8,6 +8,7 @@ from .ad import backward
 from .buffers import unwrap
 from .recording import recording
 from .reroll import reroll_loops
+from .rewrites import rewrite
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph, toposort
@@ -264,7 +265,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
         out_leaves, out_tree = tree_flatten(out)
         meta["out_tree"] = out_tree
         outputs = [_as_node(trace, v, fname) for v in out_leaves]
-        outputs = reroll_loops(trace, outputs) if reroll else outputs
+        outputs = rewrite(trace, reroll_loops(trace, outputs) if reroll else outputs)
         return Graph(inputs, outputs + _checks(trace, meta), meta=meta)
 
     value, aux = _split_aux(out, has_aux, fname)
@@ -275,6 +276,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
     value_node, *aux_nodes = [_as_node(trace, v, fname) for v in [value] + aux_leaves]
     if reroll:
         value_node, *aux_nodes = reroll_loops(trace, [value_node] + aux_nodes)
+    value_node, *aux_nodes = rewrite(trace, [value_node] + aux_nodes)
     n_forward = len(trace.nodes)
     wrt, grad_trees, grad_leaves = [], [], []
     for a in nums:

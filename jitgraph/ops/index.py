@@ -510,11 +510,25 @@ def ufunc_at(ufunc, x, key, value=None):
     if not isinstance(x, Tensor):
         raise NotSupportedError(f"np.{ufunc.__name__}.at into a NumPy array from a traced value is not "
                                 f"supported: it would change an array outside the trace{where()}")
-    pos = _positions(x, key)
-    v = _fit(value, tuple(shape_of(pos)), x.dtype)
-    size = int(np.prod(x.shape, dtype=np.int64))
-    total = bind("scatter_add", *lift([ravel(v), ravel(pos)]), axis=0, size=size)
-    total = reshape(total, x.shape)
+    shape = tuple(x.shape)
+    items = _parse(shape, key)
+    arrays = [(d, k[1]) for d, k in enumerate(items) if _is_array(k)]
+    if len(arrays) == 1 and builtins.all(
+            _is_array(k) or (isinstance(k, slice) and k.indices(shape[d]) == (0, shape[d], 1))
+            for d, k in enumerate(items)):
+        # x[..., idx, ...] with whole slices elsewhere (a GNN's np.add.at(agg, dst, messages)):
+        # whole slices added at idx along one axis, one index per slice, not per element
+        axis, idx = arrays[0]
+        if not isinstance(idx, Tensor):
+            idx = _normalized(idx, shape[axis], axis)       # (known: its bounds checked now)
+        v = _fit(value, shape[:axis] + tuple(shape_of(idx)) + shape[axis + 1:], x.dtype)
+        total = bind("scatter_add", *lift([v, idx]), axis=axis, size=shape[axis])
+    else:
+        pos = _positions(x, key)
+        v = _fit(value, tuple(shape_of(pos)), x.dtype)
+        size = int(np.prod(shape, dtype=np.int64))
+        total = bind("scatter_add", *lift([ravel(v), ravel(pos)]), axis=0, size=size)
+        total = reshape(total, shape)
     write_into(x, ufunc(x, total), f"np.{ufunc.__name__}.at")
 
 

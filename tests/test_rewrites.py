@@ -1,0 +1,149 @@
+"""Forward-graph rewrites (jitgraph/rewrites.py) and np.add.at of whole slices.
+
+A rewritten graph must compute what the eager tape (which follows the NumPy code as
+written) computes, values and gradients, on the reference interpreter and compiled."""
+import numpy as np
+import pytest
+
+import jitgraph as jg
+from jitgraph.api import eval_graph, trace_graph
+
+N, E, F, H = 7, 19, 5, 4
+
+
+@pytest.fixture
+def graph_data():
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, N, E)
+    dst = rng.integers(-N, N, E)            # negative indices count from the end
+    X = rng.standard_normal((N, F))
+    W1, W2 = rng.standard_normal((F, H)), rng.standard_normal((H, 3))
+    return W1, W2, X, src, dst
+
+
+def gcn(W1, W2, X, src, dst):
+    """Two message-passing layers: each edge's message h[src] @ W summed into its target."""
+    h = X
+    for W in (W1, W2):
+        agg = np.zeros((h.shape[0], W.shape[1]))
+        np.add.at(agg, dst, h[src] @ W)
+        h = np.tanh(agg + h @ W)
+    return np.sum(h ** 2)
+
+
+def _products(graph):
+    return [n for n in graph.nodes if n.op in ("matmul", "matmul_add")]
+
+
+def _agree(got, want, rtol=1e-12):
+    for a, b in zip(jg.tree.tree_flatten(got)[0], jg.tree.tree_flatten(want)[0]):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-13)
+
+
+def test_gathered_rows_are_multiplied_before_the_gather(graph_data):
+    graph = trace_graph(gcn, graph_data, (0, 1), grad=True).verify()
+    # every product (forward and backward) runs over the N node rows, none over the E edges
+    rows = {n.shape[0] for n in _products(graph)} | {n.inputs[0].shape[-1] for n in _products(graph)
+                                                    if n.shape[0] in (F, H)}
+    assert E not in rows, str(graph)
+    want = jg.value_and_grad(gcn, (0, 1))(*graph_data)
+    _agree(eval_graph(graph, *graph_data), want)
+    _agree(jg.jit_grad(gcn, argnums=(0, 1), wait=True)(*graph_data), want)
+
+
+def test_fewer_gathered_rows_than_the_matrix_has_stay_as_written(graph_data):
+    W1, W2, X, src, dst = graph_data
+
+    def f(W1, X, idx):
+        return np.sum(np.tanh(X[idx] @ W1))
+
+    idx = np.array([3, 1])
+    graph = trace_graph(f, (W1, X, idx), 0, grad=True).verify()
+    assert [n.shape for n in graph.nodes if n.op == "matmul" and n.inputs[0].op == "gather"] == [(2, H)]
+    _agree(eval_graph(graph, W1, X, idx), jg.value_and_grad(f)(W1, X, idx))
+
+
+def _scatter_adds(graph):
+    return [(n.p["axis"], n.p["size"], n.inputs[0].shape) for n in graph.nodes if n.op == "scatter_add"]
+
+
+@pytest.mark.parametrize("case", ["rows", "index_matrix", "columns", "trailing"])
+def test_add_at_of_whole_slices_scatters_slices(case, graph_data):
+    W1, _, X, src, dst = graph_data
+    m = X[:4] * 1.0
+    if case == "rows":
+        idx, shape = dst[:4], (N, F)
+
+        def f(w, m, idx):
+            agg = np.zeros(shape)
+            np.add.at(agg, idx, m * w)
+            return np.sum(np.tanh(agg) * np.arange(N * F).reshape(shape))
+    elif case == "index_matrix":
+        idx, shape, m = dst[:4].reshape(2, 2), (N, F), m.reshape(2, 2, F)
+
+        def f(w, m, idx):
+            agg = np.ones(shape)
+            np.add.at(agg, idx, m * w)
+            return np.sum(agg ** 3)
+    elif case == "columns":
+        idx, shape = src[:4], (F, N)
+
+        def f(w, m, idx):
+            agg = np.zeros(shape)
+            np.subtract.at(agg, (slice(None), idx), (m * w).T)
+            return np.sum(np.sin(agg))
+    else:
+        idx, shape, m = src[:4], (N, F, 2), m[..., None] * np.ones(2)
+
+        def f(w, m, idx):
+            agg = np.zeros(shape)
+            np.add.at(agg, (idx, Ellipsis), m * w[:, None])
+            return np.sum(agg ** 2)
+    w = np.linspace(0.5, 1.5, F)
+    graph = trace_graph(f, (w, m, idx), 0, grad=True).verify()
+    axis = 1 if case == "columns" else 0
+    assert (axis, shape[axis], tuple(np.shape(m * 1.0) if case != "columns" else (F, 4))) \
+        in _scatter_adds(graph), str(graph)
+    assert not [s for s in _scatter_adds(graph) if s[1] == int(np.prod(shape))]     # nothing flattened
+    want = jg.value_and_grad(f)(w, m, idx)
+    np.testing.assert_allclose(want[0], f(w, m, idx), rtol=1e-13)
+    eps = 1e-6
+    fd = [(f(w + eps * e, m, idx) - f(w - eps * e, m, idx)) / (2 * eps) for e in np.eye(F)]
+    np.testing.assert_allclose(want[1], fd, rtol=1e-6, atol=1e-8)
+    _agree(eval_graph(graph, w, m, idx), want)
+    _agree(jg.jit_grad(f, wait=True)(w, m, idx), want)
+
+
+def _rows_at(w, m, idx):
+    agg = np.zeros((N, F))
+    np.add.at(agg, idx, m * w)
+    return np.sum(agg)
+
+
+@pytest.mark.parametrize("bad", [N, -N - 1])
+def test_add_at_out_of_bounds_is_numpys_index_error(bad):
+    w, m, idx = np.ones(F), np.ones((2, F)), np.array([0, bad])
+    with pytest.raises(IndexError, match="out of bounds"):
+        jg.value_and_grad(_rows_at)(w, m, idx)
+    with pytest.raises(IndexError, match="out of bounds"):
+        jg.jit_grad(_rows_at, wait=True)(w, m, idx)
+
+    def known(w, m):
+        return _rows_at(w, m, idx)
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 with size {N}"):
+        jg.jit_grad(known, wait=True)(w, m)
+
+
+def test_an_embeddings_rows_for_a_batch_of_sequences(graph_data):
+    W1, _, X, src, _ = graph_data
+    tokens = src[:18].reshape(3, 6)          # 18 tokens of a 7-entry vocabulary
+
+    def f(emb, W, tokens):
+        return np.sum(np.tanh(emb[tokens] @ W) ** 2)
+
+    graph = trace_graph(f, (X, W1, tokens), (0, 1), grad=True).verify()
+    assert 18 not in {n.shape[0] for n in _products(graph)}, str(graph)
+    want = jg.value_and_grad(f, (0, 1))(X, W1, tokens)
+    np.testing.assert_allclose(want[0], f(X, W1, tokens), rtol=1e-13)
+    _agree(eval_graph(graph, X, W1, tokens), want)
+    _agree(jg.jit_grad(f, argnums=(0, 1), wait=True)(X, W1, tokens), want)
