@@ -117,11 +117,15 @@ def _device_math():
     def exp2(x):
         return libdevice.exp2(x)
 
+    @cuda.jit(device=True)
+    def floordiv(x, y):
+        return x // y
+
     mod = types.ModuleType("jitgraph_device_math")
     for name in dir(math):
         if not name.startswith("_"):
             setattr(mod, name, getattr(math, name))
-    overrides = {"floor": floor, "ceil": ceil, "trunc": trunc, "rint": rint, "exp2": exp2,
+    overrides = {"floor": floor, "ceil": ceil, "trunc": trunc, "rint": rint, "exp2": exp2, "floordiv": floordiv,
                  **_device_specials()}
     for name, fn in overrides.items():
         setattr(mod, name, fn)

@@ -125,6 +125,7 @@ def _ir_tanh(builder, x):
 # So these instructions carry `arcp` (which only affects division) and the pass leaves them as
 # written; products that must be exact are fused multiply-adds.
 _EXACT = ("arcp",)
+_STRICT = ("contract",)     # no licence that changes a result (see floordiv)
 PIO2 = (1.5707963267948966, 6.123233995736766e-17)      # pi/2 = PIO2[0] + PIO2[1] + O(2**-108)
 # fdlibm's minimax coefficients for sin and cos on [-pi/4, pi/4] (k_sin.c, k_cos.c)
 _SIN = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
@@ -402,11 +403,48 @@ maximum = _extremum(True)
 minimum = _extremum(False)
 
 
+@intrinsic
+def floordiv(typingctx, a, b):
+    """a // b of floats, NumPy's (npy_divmod): the quotient of a - fmod(a, b), snapped to the
+    nearest integer, with its divisions exact. Python's `//` in a kernel divides twice by b,
+    which the kernels' `arcp` flag lets LLVM turn into one reciprocal and two products:
+    3.0 // -1e-300 gave -2.9999999999999996e+300."""
+    if not all(isinstance(t, (types.Float, types.Integer, types.Boolean)) for t in (a, b)):
+        return None
+    ty = typingctx.unify_pairs(a, b)
+    ty = ty if isinstance(ty, types.Float) else types.float64
+
+    def codegen(context, builder, signature, args):
+        x, y = (context.cast(builder, v, t, ty) for v, t in zip(args, signature.args))
+        lty = x.type
+        zero, one, half = (ir.Constant(lty, c) for c in (0.0, 1.0, 0.5))
+        floor = builder.module.declare_intrinsic("llvm.floor", [lty])
+        copysign = builder.module.declare_intrinsic("llvm.copysign", [lty], ir.FunctionType(lty, [lty, lty]))
+        # Numba's fastmath pass flags every floating-point instruction that has no flags:
+        # "contract" (nothing here to fuse) keeps "arcp" off these
+        f = _STRICT
+        mod = builder.frem(x, y, flags=f)
+        div = builder.fdiv(builder.fsub(x, mod, flags=f), y, flags=f)
+        # a remainder of the other sign than the divisor: one less
+        flip = builder.and_(builder.fcmp_unordered("!=", mod, zero, flags=f),
+                            builder.xor(builder.fcmp_ordered("<", y, zero, flags=f),
+                                        builder.fcmp_ordered("<", mod, zero, flags=f)))
+        div = builder.select(flip, builder.fsub(div, one, flags=f), div)
+        fl = builder.call(floor, [div])
+        fl = builder.select(builder.fcmp_ordered(">", builder.fsub(div, fl, flags=f), half, flags=f),
+                            builder.fadd(fl, one, flags=f), fl)
+        # a zero quotient has the sign of a / b
+        sign = builder.fmul(builder.call(copysign, [one, x]), builder.call(copysign, [one, y]), flags=f)
+        return builder.select(builder.fcmp_ordered("==", div, zero, flags=f), builder.call(copysign, [zero, sign]), fl)
+    return ty(a, b), codegen
+
+
 if numba.config.DISABLE_JIT:
     # NUMBA_DISABLE_JIT=1 runs generated kernels as plain Python (for pdb and readable
     # tracebacks); intrinsics have no Python form, so use NumPy's functions there.
     exp, expm1, tanh, sin, cos, log, log1p = np.exp, np.expm1, np.tanh, np.sin, np.cos, np.log, np.log1p
     maximum, minimum = np.maximum, np.minimum
+    floordiv = np.floor_divide
 
 
 # ---- SciPy's special functions -------------------------------------------------------------------

@@ -452,7 +452,7 @@ def matmul_strided_par(a, b, out):
 def _check_index(idx, n):
     for j in range(idx.shape[0]):
         if idx[j] < -n or idx[j] >= n:
-            raise IndexError("index out of bounds in gather/scatter_add/scatter_set")
+            raise IndexError("index " + str(idx[j]) + " is out of bounds for an axis of size " + str(n))
 
 
 @njit(**_OPTS)

@@ -448,3 +448,25 @@ def test_std_gradient_at_zero_is_zero():
     g = jg.grad(lambda x: np.sum(np.std(x, axis=1)))(np.array([[1.0, 1.0], [0.0, 2.0]]))
     np.testing.assert_array_equal(g, [[0.0, 0.0], [-0.5, 0.5]])
     assert np.isnan(jg.eval_graph(jg.make_graph(np.std)(np.array([1.0, np.nan])), np.array([1.0, np.nan])))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_floor_division_is_exact_beside_other_divisions(dtype):
+    """x // y divides exactly (NumPy's npy_divmod), also where the kernel divides by y again:
+    the kernels' arcp flag had let LLVM share one reciprocal (3.0 // -1e-300 gave
+    -2.9999999999999996e+300)."""
+    x, y = (a.ravel().astype(dtype) for a in np.meshgrid(*[np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 2.5, -2.5, 3.0, -7.25, 0.5, 1e300, -1e-300, 1e-310])] * 2))
+
+    def f(x, y):
+        return x // y, x / y + 1.0, np.divmod(x, y)[0], x % y
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = f(x, y)
+        for k in range(4):
+            got = jg.jit(lambda x, y: f(x, y)[k] if k else f(x, y)[0])(x, y)
+            np.testing.assert_array_equal(got, want[k])
+        got = jg.jit(f)(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g[w == 0]), np.signbit(w[w == 0]))

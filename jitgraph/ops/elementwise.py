@@ -423,7 +423,7 @@ _INT_DIVISION = ("zero divisor: NumPy's integer result 0 has no ONNX Mod/Div equ
 # (ONNX: composites around Mod(fmod=1), in jitgraph/onnx_export.py)
 elementwise_prim("remainder", "{0} % {1} if {1} != 0 else fmod({0}, {1})", np.remainder,
                  (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)
-elementwise_prim("floor_divide", "{0} // {1} if {1} != 0 else {0} / {1}", np.floor_divide, ZERO_GRADIENT,
+elementwise_prim("floor_divide", "floordiv({0}, {1}) if {1} != 0 else {0} / {1}", np.floor_divide, ZERO_GRADIENT,
                  float_same)
 elementwise_prim("fmod", "fmod({0}, {1})", np.fmod,
                  (lambda g, out, a, b: g, lambda g, out, a, b: -(g * ((a - out) / b))), float_same)

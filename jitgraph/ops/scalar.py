@@ -72,6 +72,7 @@ FUNCTIONS = {
     "rint": Fn("rint", "rint", "Round"),
     "copysign": Fn("copysign", "copysign", None, 2),
     "fmod": Fn("fmod", "fmod", None, 2),
+    "floordiv": Fn("floor_divide", "floordiv", None, 2),     # a // b of floats (NumPy's)
     "erf": Fn(None, "erf", "Erf", scipy="erf"),
     "erfc": Fn(None, "erfc", scipy="erfc"),
     "lgamma": Fn(None, "lgamma", scipy="gammaln"),     # log |Gamma(x)|
