@@ -47,6 +47,11 @@ from . import strides
 from .source import literal
 
 SIBLING_WINDOW = 4   # how many recent steps a node with only stored inputs may join
+# ... and how many such nodes a group may take: independent chains of the same code (a
+# loop's per-step index arithmetic) then make several groups that share one compiled
+# function, where one group holding them all compiled as long as their sum (a character
+# model's 40 steps of target indices: one loop of 211 lines, 2.7 s of compile)
+SIBLING_MAX = 8
 INDEX_VIEW_OPS = ("slice", "pad_slice", "concatenate", "transpose", "gather")
 # OpenBLAS multiplies a small product (a result under NT_SMALL_OUTPUT elements) 1.25-1.6x
 # slower when its right factor is a transposed matrix (32x256 @ 256x64: 37.5 against 22.8 us;
@@ -80,6 +85,7 @@ class Group:
         self.shape = tuple(shape)
         self.k = k
         self.members = {}     # node id -> level: 1, 2 or "sink"
+        self.siblings = 0     # members that joined reading no other member (SIBLING_MAX)
         self.nodes = []       # members in topological order
 
     @property
@@ -522,7 +528,8 @@ class Partition:
                     cands.append(s)
             if not cands and node.op != "broadcast":
                 # all inputs are stored values: share the loop of a recent group with this domain
-                cands = [s for s in self.steps[-SIBLING_WINDOW:] if isinstance(s, Group)]
+                cands = [s for s in self.steps[-SIBLING_WINDOW:]
+                         if isinstance(s, Group) and s.siblings < SIBLING_MAX]
             cands.sort(key=lambda s: -s.seq)
             for g in cands:
                 role = None
@@ -533,6 +540,7 @@ class Partition:
                 if role is not None:
                     self._hoist(node, g)
                     g.add(node, role)
+                    g.siblings += not any(x.id in g.members for x in node.inputs)
                     return g
             if node.op == "broadcast" or (node.op == "reshape" and unit_reshape(node)):
                 # its input's group (if any) was a candidate and could not take it: read in place

@@ -6,9 +6,16 @@ sums the contributions at fan-out. Only nodes on a path from a differentiated
 input to the output get adjoints: branches that do not depend on a
 differentiated input never produce adjoint work.
 """
+import math
+
+from .core import Tracer, bind
 from .errors import GradError
 from .numpy_api import cast, zeros_like
 from .ops.registry import PRIMS, NoGradient
+
+# A padded slice at most this fraction of the adjoint it joins is added into its region (an
+# LSTM's four gate slices, a quarter each, stay one fused sum: 1.27x slower as a chain)
+_SMALL_PAD = 0.125
 
 
 def _blocks(op):
@@ -76,8 +83,36 @@ def backward_multi(nodes, outs, wrt, value_of, seeds):
                 continue
             if c.dtype != inp.dtype:
                 c = cast(c, inp.dtype)
-            adj[inp.id] = c if inp.id not in adj else adj[inp.id] + c
+            adj[inp.id] = c if inp.id not in adj else _accumulate(adj[inp.id], c)
     return [adj[w.id] if w.id in adj else zeros_like(value_of(w)) for w in wrt]
+
+
+def _accumulate(total, c):
+    """total + c. Traced, a contribution that is a small slice padded with zeros, along one
+    axis (the adjoint of `x[:, t]` read at each step of a Python loop), is added into its
+    region of the other, `update_slice(total, total[region] + v)`, instead of a pass over
+    the whole array per contribution: the writes run in place (codegen/schedule.py), so a
+    loop of T steps costs T slices, not T whole arrays."""
+    for big, small in ((total, c), (c, total)):
+        node = small.node if isinstance(small, Tracer) and isinstance(big, Tracer) else None
+        if node is None or node.op != "pad_slice" or big.dtype != small.dtype or not _one_axis(node):
+            continue
+        v = small.rebind(node.inputs[0])
+        if math.prod(v.shape) > _SMALL_PAD * math.prod(node.shape):
+            continue
+        p = {k: node.p[k] for k in ("starts", "stops", "steps")}
+        return bind("update_slice", big, bind("slice", big, **p) + v, **p)
+    return total + c
+
+
+def _one_axis(pad):
+    """Is the padded region a unit-step range of one axis, whole along the others (x[:, t],
+    x[t], x[..., t:t + k]: a loop over a sequence)? Other regions stay padded sums, which
+    fuse as index views (strided or many-sided regions as update_slice steps made a Python
+    entry fall back to copies: a 12-step loop over reversed and strided windows ran 2.3x slower)."""
+    p = pad.p
+    cut = [d for d, (a, b, n) in enumerate(zip(p["starts"], p["stops"], pad.shape)) if (a, b) != (0, n)]
+    return len(cut) == 1 and all(step == 1 for step in p["steps"])
 
 
 def _contributions(rules, node, g, live, value_of):

@@ -8,7 +8,7 @@ from .ad import backward
 from .buffers import unwrap
 from .recording import recording
 from .reroll import reroll_loops
-from .rewrites import rewrite
+from .rewrites import merge_index_checks, rewrite
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
 from .errors import GradError, JitgraphError
 from .graph import Graph, toposort
@@ -305,6 +305,7 @@ def _checks(trace, meta):
     list in meta["checks"]: (kind, info) per extra output (see `run_checks`)."""
     if not trace.checks:
         return []
+    merge_index_checks(trace)
     meta["checks"] = [(kind, info) for kind, _, info in trace.checks]
     return [node for _, node, _ in trace.checks]
 

@@ -14,12 +14,21 @@ runs, so the gradient inherits the cheaper form (`api._trace_graph`).
   shape (B, T), more tokens than the vocabulary has entries) are the same product.
 
 Values agree with the graph as traced up to rounding.
+
+* **Bounds checks of an index array's pieces** (`merge_index_checks`): a loop that indexes
+  with a column of one array per step (`logits[rows, tokens[:, t + 1]]`) checks each column's
+  largest and smallest value when the function runs, two reductions per step that the
+  compiled kernel carries as separate accumulators (80 of them made one 452-line loop that
+  took 5-7 s to compile). Slices of one array that tile a box are checked once, over the box.
 """
 import math
+
+import itertools
 
 from .core import bind
 from .graph import Node, toposort
 from .numpy_api import reshape
+from .ops.reduce import amax, amin
 
 
 def _gather_then_product(trace, n, ins):
@@ -74,3 +83,49 @@ def rewrite(trace, roots):
     roots = [new.get(r.id, r) for r in roots]
     trace.checks = [(kind, node, info) for (kind, _, info), node in zip(trace.checks, roots[n_roots:])]
     return roots[:n_roots]
+
+
+def _checked_slice(node):
+    """(array, starts, stops) when `node` reduces a unit-step slice of `array` (reshaped)."""
+    x = node.inputs[0] if node.op in ("reduce_max", "reduce_min") and len(node.inputs) == 1 else None
+    while x is not None and x.op in ("reshape", "cast") and x.dtype == x.inputs[0].dtype:
+        x = x.inputs[0]
+    if x is None or x.op != "slice" or any(s != 1 for s in x.p["steps"]):
+        return None
+    return x.inputs[0], x.p["starts"], x.p["stops"]
+
+
+def _tile_box(regions):
+    """The box of `regions` (distinct (starts, stops) pairs) if they tile it exactly, else None."""
+    starts = tuple(min(r[0][d] for r in regions) for d in range(len(regions[0][0])))
+    stops = tuple(max(r[1][d] for r in regions) for d in range(len(regions[0][0])))
+    size = math.prod(b - a for a, b in zip(starts, stops))
+    if sum(math.prod(b - a for a, b in zip(*r)) for r in regions) != size:
+        return None
+    for (a0, a1), (b0, b1) in itertools.combinations(regions, 2):
+        if all(max(x0, y0) < min(x1, y1) for x0, x1, y0, y1 in zip(a0, a1, b0, b1)):
+            return None          # two regions overlap, so they leave part of the box out
+    return starts, stops
+
+
+def merge_index_checks(trace, max_regions=256):
+    """Replace the run-time bounds checks (`trace.checks` of kind "index") that reduce slices
+    of one array tiling a box, for the same axis size, by one check over the box."""
+    groups = {}
+    for i, (kind, node, info) in enumerate(trace.checks):
+        got = _checked_slice(node) if kind == "index" else None
+        if got is not None:
+            groups.setdefault((info, node.op, got[0].id), []).append((i, got))
+    drop, new = set(), {}
+    for (info, op, _), members in groups.items():
+        regions = list(dict.fromkeys((m[1][1], m[1][2]) for m in members))
+        box = _tile_box(regions) if 1 < len(members) and len(regions) <= max_regions else None
+        if box is None:
+            continue
+        whole = bind("slice", trace.tracer(members[0][1][0]), starts=box[0], stops=box[1],
+                     steps=(1,) * len(box[0]))
+        new[members[0][0]] = trace.to_node((amax if op == "reduce_max" else amin)(whole))
+        drop.update(i for i, _ in members[1:])
+    if new:
+        trace.checks = [(kind, new.get(i, node), info) for i, (kind, node, info) in enumerate(trace.checks)
+                        if i not in drop]

@@ -8,7 +8,7 @@ import pytest
 
 from jitgraph import codegen
 import jitgraph as jg
-from jitgraph.codegen import mathlib
+from jitgraph.codegen import fusion, mathlib
 from golden_files import assert_golden
 from threads import on_threads
 from jitgraph.bench import WORKLOADS
@@ -600,3 +600,17 @@ def test_new_arrays_and_chunk_counts_are_intrinsics_in_compiled_code():
     src = jg.jit_grad(loss, argnums=1).lower(x, w).source
     assert "_rt.parallel_chunks(" in src and "nch = _max(1, _min(_min(16, " in src
     assert "np.empty(" not in src and "np.full(" not in src and "max(1, min(" not in src
+
+
+def test_independent_chains_fill_loops_of_bounded_size():
+    """Chains that read only stored values may share a loop, up to SIBLING_MAX of them: more
+    would make one long function (Numba's compile grows with it) where same-code groups share
+    one compiled function."""
+    x = np.random.default_rng(0).standard_normal((8, 40))
+    graph = jg.make_graph(lambda x: tuple(np.sin(x[:, t]) * 2.0 for t in range(40)))(x)
+    part = codegen.Partition(graph)
+    groups = part.groups()
+    assert len(groups) >= 40 // fusion.SIBLING_MAX
+    assert all(g.siblings <= fusion.SIBLING_MAX for g in groups), part.describe()
+    outs = jg.jit(lambda x: tuple(np.sin(x[:, t]) * 2.0 for t in range(40)), wait=True)(x)
+    np.testing.assert_allclose(np.stack(outs, axis=1), np.sin(x) * 2.0, rtol=1e-15)

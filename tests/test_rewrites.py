@@ -147,3 +147,68 @@ def test_an_embeddings_rows_for_a_batch_of_sequences(graph_data):
     np.testing.assert_allclose(want[0], f(X, W1, tokens), rtol=1e-13)
     _agree(eval_graph(graph, X, W1, tokens), want)
     _agree(jg.jit_grad(f, argnums=(0, 1), wait=True)(X, W1, tokens), want)
+
+
+# ---- a loop reading one column per step ---------------------------------------------------------
+B, T, V = 3, 8, 5
+
+
+def _rnn(Wx, Wh, x, tok):
+    """A character model's shape: x[:, t] read at each step, targets tok[:, t + 1]."""
+    h, total = np.zeros((B, Wh.shape[0])), 0.0
+    for t in range(T):
+        h = np.tanh(x[:, t] @ Wx + h @ Wh)
+        logits = h[:, :V]
+        total = total + np.sum(logits[np.arange(B), tok[:, t + 1]])
+    return total
+
+
+@pytest.fixture
+def rnn_data():
+    rng = np.random.default_rng(5)
+    return (rng.standard_normal((4, 6)) * 0.5, rng.standard_normal((6, 6)) * 0.5,
+            rng.standard_normal((B, T, 4)), rng.integers(-V, V, (B, T + 1)))
+
+
+def test_a_columns_adjoint_is_added_into_its_slice(rnn_data):
+    graph = trace_graph(_rnn, rnn_data, (0, 1, 2), grad=True, reroll=False).verify()
+    # x's adjoint: T slices written into one array, not T additions of padded whole arrays
+    assert [n.op for n in graph.nodes if n.shape == (B, T, 4) and n.op in ("add", "update_slice")] \
+        == ["update_slice"] * (T - 1), str(graph)
+    want = jg.value_and_grad(_rnn, (0, 1, 2))(*rnn_data)
+    _agree(eval_graph(graph, *rnn_data), want)
+    _agree(jg.jit_grad(_rnn, argnums=(0, 1, 2), wait=True, reroll=False)(*rnn_data), want)
+
+
+def test_the_bounds_checks_of_an_arrays_columns_are_one_check(rnn_data):
+    graph = trace_graph(_rnn, rnn_data, (0, 1, 2), grad=True, reroll=False)
+    assert [kind for kind, _ in graph.meta["checks"]] == ["index", "index"]     # max and min
+    f = jg.jit_grad(_rnn, argnums=(0, 1, 2), wait=True, reroll=False)
+    _agree(f(*rnn_data), jg.value_and_grad(_rnn, (0, 1, 2))(*rnn_data))
+    Wx, Wh, x, tok = rnn_data
+    for bad in (V, -V - 1):
+        t = tok.copy()
+        t[1, 4] = bad
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 1 with size {V}"):
+            f(Wx, Wh, x, t)
+    t = tok.copy()
+    t[:, 0] = 99                 # a column never used as an index: NumPy raises nothing
+    _agree(f(Wx, Wh, x, t), jg.value_and_grad(_rnn, (0, 1, 2))(Wx, Wh, x, t))
+
+
+def test_columns_that_do_not_tile_a_box_keep_their_own_checks(rnn_data):
+    Wx, Wh, x, tok = rnn_data
+
+    def f(Wx, tok):
+        logits = np.tanh(x[:, 0] @ Wx)[:, :V]
+        return sum(np.sum(logits[np.arange(B), tok[:, t]]) for t in (0, 2, 3))
+
+    graph = trace_graph(f, (Wx, tok), 0, grad=True)
+    assert len(graph.meta["checks"]) == 6       # max and min of each column
+    t = tok.copy()
+    t[:, 1] = 99
+    g = jg.jit_grad(f, wait=True)
+    _agree(g(Wx, t), jg.value_and_grad(f)(Wx, t))
+    t[1, 2] = -V - 1
+    with pytest.raises(IndexError, match=f"index {-V - 1} is out of bounds for axis 1 with size {V}"):
+        g(Wx, t)
