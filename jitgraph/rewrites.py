@@ -11,19 +11,20 @@ runs, so the gradient inherits the cheaper form (`api._trace_graph`).
   N / E of the product's flops, and its reverse sweep is a scatter of the output's adjoint
   into N rows followed by an N-row product for W's gradient, where `A[idx].T @ dZ` was an
   E-row one. An embedding's rows for a batch of sequences (`emb[tokens] @ W`, tokens of
-  shape (B, T), more tokens than the vocabulary has entries) are the same product.
-
-Values agree with the graph as traced up to rounding.
+  shape (B, T), more tokens than the vocabulary has entries) are the same product, and so
+  are the gathered pieces of `concatenate([h[src], h[dst], e], axis=1) @ W` (a
+  message-passing layer), which becomes the sum of each piece times its rows of W.
 
 * **Bounds checks of an index array's pieces** (`merge_index_checks`): a loop that indexes
   with a column of one array per step (`logits[rows, tokens[:, t + 1]]`) checks each column's
   largest and smallest value when the function runs, two reductions per step that the
   compiled kernel carries as separate accumulators (80 of them made one 452-line loop that
   took 5-7 s to compile). Slices of one array that tile a box are checked once, over the box.
-"""
-import math
 
+Values agree with the graph as traced up to rounding.
+"""
 import itertools
+import math
 
 from .core import bind
 from .graph import Node, toposort
@@ -31,31 +32,60 @@ from .numpy_api import reshape
 from .ops.reduce import amax, amin
 
 
+def _rows_gathered(g, m):
+    """(A, idx, count) when `g` is rows of a 2-D A gathered along axis 0 (possibly reshaped
+    from an index array of any rank to 2-D) and multiplying them by a (k, m) matrix costs
+    more than multiplying A and gathering the products; else None."""
+    if g.op == "reshape" and g.inputs[0].op == "gather":
+        # (an embedding's rows for a batch of sequences, emb[tokens] @ W, flattened to 2-D)
+        g = g.inputs[0] if g.shape == (math.prod(g.inputs[0].shape[:-1]), g.shape[1]) else g
+    if g.op != "gather" or g.p["axis"] != 0 or len(g.inputs[0].shape) != 2:
+        return None
+    a, idx = g.inputs
+    (rows, k), e = a.shape, math.prod(idx.shape)
+    # flops of the product plus the values the gather moves, before and after
+    if rows * k * m + e * m >= e * k * m + e * k:
+        return None
+    return a, idx, e
+
+
 def _gather_then_product(trace, n, ins):
     """matmul(gather(A, idx, axis=0), W) as gather(matmul(A, W), idx, axis=0) when that is
     cheaper; None otherwise."""
     if n.op != "matmul" or len(n.shape) != 2:
         return None
-    g, w = ins
-    if g.op == "reshape" and g.inputs[0].op == "gather":
-        # (an embedding's rows for a batch of sequences, emb[tokens] @ W, flattened to 2-D)
-        g = g.inputs[0] if g.shape == (math.prod(g.inputs[0].shape[:-1]), g.shape[1]) else g
-    if g.op != "gather" or g.p["axis"] != 0:
+    got = _rows_gathered(ins[0], ins[1].shape[1])
+    if got is None:
         return None
-    a, idx = g.inputs
-    if len(a.shape) != 2:
-        return None
-    (rows, k), e, m = a.shape, math.prod(idx.shape), w.shape[1]
-    # flops of the product plus the values the gather moves, before and after
-    if rows * k * m + e * m >= e * k * m + e * k:
-        return None
-    product = bind("matmul", trace.tracer(a), trace.tracer(w))
+    a, idx, e = got
+    product = bind("matmul", trace.tracer(a), trace.tracer(ins[1]))
     idx = trace.tracer(idx)
     flat = idx if len(idx.shape) == 1 else reshape(idx, (e,))
     return trace.to_node(bind("gather", product, flat, axis=0))
 
 
-_RULES = (_gather_then_product,)
+def _concatenated_then_product(trace, n, ins):
+    """matmul(concatenate([P1, P2, ...], axis=1), W) as the sum of P_i @ W[rows of P_i] when
+    some P_i are gathered rows that `_gather_then_product` multiplies first (a message-passing
+    layer's concatenate([h[src], h[dst], e], axis=1) @ W)."""
+    if n.op != "matmul" or len(n.shape) != 2:
+        return None
+    c, w = ins
+    m = w.shape[1]
+    if c.op != "concatenate" or c.p["axis"] != 1 or not any(_rows_gathered(p, m) for p in c.inputs):
+        return None
+    total, k0 = None, 0
+    for p in c.inputs:
+        k = p.shape[1]
+        rows = bind("slice", trace.tracer(w), starts=(k0, 0), stops=(k0 + k, m), steps=(1, 1))
+        part = trace.to_node(bind("matmul", trace.tracer(p), rows))
+        part = trace.tracer(_gather_then_product(trace, part, part.inputs) or part)
+        total = part if total is None else total + part
+        k0 += k
+    return trace.to_node(total)
+
+
+_RULES = (_gather_then_product, _concatenated_then_product)
 
 
 def rewrite(trace, roots):

@@ -212,3 +212,28 @@ def test_columns_that_do_not_tile_a_box_keep_their_own_checks(rnn_data):
     t[1, 2] = -V - 1
     with pytest.raises(IndexError, match=f"index {-V - 1} is out of bounds for axis 1 with size {V}"):
         g(Wx, t)
+
+
+def test_a_message_passing_layers_concatenated_pieces(graph_data):
+    """concatenate([h[src], h[dst], e], axis=1) @ W: each gathered piece is multiplied by its
+    rows of W before the gather."""
+    W1, _, X, src, dst = graph_data
+    e = np.linspace(-1.0, 1.0, E)[:, None]
+    W = np.random.default_rng(1).standard_normal((2 * F + 1, H))
+
+    def mpnn(W, X, e, src, dst):
+        msg = np.tanh(np.concatenate([X[src], X[dst], e], axis=1) @ W)
+        agg = np.zeros((N, H))
+        np.add.at(agg, dst, msg)
+        return np.sum(agg ** 2)
+
+    args = (W, X, e, src, dst)
+    graph = trace_graph(mpnn, args, (0, 1), grad=True).verify()
+    assert not [n for n in _products(graph) if n.inputs[0].op == "concatenate"], str(graph)
+    # no product reads the E gathered rows of a piece, forward or backward
+    assert not [n for n in _products(graph) if (E, F) in (n.inputs[0].shape, n.inputs[-1].shape)
+                or (F, E) in (n.inputs[0].shape, n.inputs[-1].shape)], str(graph)
+    want = jg.value_and_grad(mpnn, (0, 1))(*args)
+    np.testing.assert_allclose(want[0], mpnn(*args), rtol=1e-13)
+    _agree(eval_graph(graph, *args), want)
+    _agree(jg.jit_grad(mpnn, argnums=(0, 1), wait=True)(*args), want)
