@@ -116,8 +116,9 @@ def rewrite(trace, roots):
 
 
 def _checked_slice(node):
-    """(array, starts, stops) when `node` reduces a unit-step slice of `array` (reshaped)."""
-    x = node.inputs[0] if node.op in ("reduce_max", "reduce_min") and len(node.inputs) == 1 else None
+    """(array, starts, stops) when `node` reduces a unit-step slice of `array` (reshaped) to
+    one value."""
+    x = node.inputs[0] if node.op in ("reduce_max", "reduce_min") and node.shape == () else None
     while x is not None and x.op in ("reshape", "cast") and x.dtype == x.inputs[0].dtype:
         x = x.inputs[0]
     if x is None or x.op != "slice" or any(s != 1 for s in x.p["steps"]):
