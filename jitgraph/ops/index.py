@@ -446,14 +446,23 @@ def _set_basic(x, items, value):
     return bind("update_slice", *lift([x, v]), starts=starts, stops=stops, steps=steps)
 
 
-def _set_advanced(x, items, value):
-    shape = tuple(x.shape)
+def _one_array_axis(shape, items):
+    """(axis, idx) when the parsed key is one index array with whole slices elsewhere
+    (x[..., idx, ...]: whole slices at idx along one axis), else None."""
     arrays = [(d, k[1]) for d, k in enumerate(items) if _is_array(k)]
     if len(arrays) == 1 and builtins.all(
             _is_array(k) or (isinstance(k, slice) and k.indices(shape[d]) == (0, shape[d], 1))
             for d, k in enumerate(items)):
+        return arrays[0]
+    return None
+
+
+def _set_advanced(x, items, value):
+    shape = tuple(x.shape)
+    one = _one_array_axis(shape, items)
+    if one is not None:
         # x[..., idx, ...] = v with whole slices elsewhere: the slices at idx along one axis
-        axis, idx = arrays[0]
+        axis, idx = one
         idx = cast(idx, np.int64)
         v = _fit(value, shape[:axis] + tuple(shape_of(idx)) + shape[axis + 1:], x.dtype)
         return bind("scatter_set", *lift([x, idx, v]), axis=axis)
@@ -511,14 +520,11 @@ def ufunc_at(ufunc, x, key, value=None):
         raise NotSupportedError(f"np.{ufunc.__name__}.at into a NumPy array from a traced value is not "
                                 f"supported: it would change an array outside the trace{where()}")
     shape = tuple(x.shape)
-    items = _parse(shape, key)
-    arrays = [(d, k[1]) for d, k in enumerate(items) if _is_array(k)]
-    if len(arrays) == 1 and builtins.all(
-            _is_array(k) or (isinstance(k, slice) and k.indices(shape[d]) == (0, shape[d], 1))
-            for d, k in enumerate(items)):
-        # x[..., idx, ...] with whole slices elsewhere (a GNN's np.add.at(agg, dst, messages)):
-        # whole slices added at idx along one axis, one index per slice, not per element
-        axis, idx = arrays[0]
+    one = _one_array_axis(shape, _parse(shape, key))
+    if one is not None:
+        # a GNN's np.add.at(agg, dst, messages): whole slices added at idx along one axis,
+        # one index per slice, not per element
+        axis, idx = one
         if not isinstance(idx, Tensor):
             idx = _normalized(idx, shape[axis], axis)       # (known: its bounds checked now)
         v = _fit(value, shape[:axis] + tuple(shape_of(idx)) + shape[axis + 1:], x.dtype)
