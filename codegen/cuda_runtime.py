@@ -121,11 +121,15 @@ def _device_math():
     def floordiv(x, y):
         return x // y
 
+    @cuda.jit(device=True)
+    def cbrt(x):
+        return libdevice.cbrt(x)
+
     mod = types.ModuleType("jitgraph_device_math")
     for name in dir(math):
         if not name.startswith("_"):
             setattr(mod, name, getattr(math, name))
-    overrides = {"floor": floor, "ceil": ceil, "trunc": trunc, "rint": rint, "exp2": exp2, "floordiv": floordiv,
+    overrides = {"floor": floor, "ceil": ceil, "trunc": trunc, "rint": rint, "exp2": exp2, "floordiv": floordiv, "cbrt": cbrt,
                  **_device_specials()}
     for name, fn in overrides.items():
         setattr(mod, name, fn)

@@ -521,6 +521,60 @@ def lstsq_core(a, b, rcond, x, res, rank, s):
     return 0 if ok else 1
 
 
+# the [13/13] Pade approximant's coefficients and the largest 1-norm it serves unscaled (Higham 2005)
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+           129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
+           40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152
+
+
+@register_jitable
+def _expm_one(a):
+    """exp(a) by scaling and squaring (Higham 2005): a / 2^s with 1-norm at most theta_13, its
+    [13/13] Pade approximant (U + V) / (V - U) by one solve, squared s times."""
+    n = a.shape[0]
+    norm = 0.0
+    for q in range(n):
+        col = 0.0
+        for p in range(n):
+            col += abs(a[p, q])
+        norm = max(norm, col)
+    squarings = 0
+    if norm > _THETA13:
+        squarings = int(np.ceil(np.log2(norm / _THETA13)))
+    x = a * (0.5 ** squarings)
+    b = _PADE13
+    ident = np.eye(n)
+    x2 = np.dot(x, x)
+    x4 = np.dot(x2, x2)
+    x6 = np.dot(x4, x2)
+    u = np.dot(x, np.dot(x6, b[13] * x6 + b[11] * x4 + b[9] * x2)
+               + b[7] * x6 + b[5] * x4 + b[3] * x2 + b[1] * ident)
+    v = np.dot(x6, b[12] * x6 + b[10] * x4 + b[8] * x2) + b[6] * x6 + b[4] * x4 + b[2] * x2 \
+        + b[0] * ident
+    r = np.ascontiguousarray(np.linalg.solve(v - u, v + u))
+    for _ in range(squarings):
+        r = np.dot(r, r)
+    return r
+
+
+@register_jitable
+def expm_core(a, out):
+    for i in range(a.shape[0]):
+        ai = np.ascontiguousarray(a[i].astype(np.float64))
+        if not _finite(ai):
+            _fill(out[i], np.nan)
+            continue
+        ok = True
+        try:
+            _put(out[i], _expm_one(ai))
+        except Exception:
+            ok = False
+        if not ok:
+            _fill(out[i], np.nan)
+    return 0
+
+
 # ---- C entry points: pointers and sizes in, a status out ------------------------------------------
 def _solve_c(ap, bp, xp, nb, n, k):
     prev = blas_threads_local(1)      # see blas.py
@@ -599,6 +653,13 @@ def _pinv_c(ap, op, nb, m, n, rcond, hermitian):
     return status
 
 
+def _expm_c(ap, op, nb, n):
+    prev = blas_threads_local(1)      # see blas.py
+    status = expm_core(carray(ap, (nb, n, n)), carray(op, (nb, n, n)))
+    blas_threads_local(prev)
+    return status
+
+
 def _lstsq_c(ap, bp, xp, resp, rankp, sp, m, n, k, nres, rcond):
     prev = blas_threads_local(1)      # see blas.py
     status = lstsq_core(carray(ap, (m, n)), carray(bp, (m, k)), rcond, carray(xp, (n, k)), carray(resp, (nres,)),
@@ -632,6 +693,7 @@ ROUTINES = {
     "qr": Routine(_qr_c, "DDDiiii", "Incorrect argument found while performing QR factorization"),
     "pinv": Routine(_pinv_c, "DDiiifi", "SVD did not converge"),
     "lstsq": Routine(_lstsq_c, "DDDDIDiiiif", "SVD did not converge in Linear Least Squares"),
+    "expm": Routine(_expm_c, "DDii", None),
 }
 
 _NB = {"D": None, "I": types.CPointer(types.int32), "i": types.int64, "f": types.float64}

@@ -80,13 +80,19 @@ def _ptrs(names):
     return [f"{n}.ctypes" for n in names]
 
 
+def _into_buffer(em, node, v, x, name, args):
+    """v = the node's buffer, written by routine `name` from the operands; `args` (sizes, flags)
+    after the pointers."""
+    ins = _operands(em, v, x)
+    em.body.append(f"{v} = {em.buffer(node)}")
+    _call(em, name, node.inputs[0].dtype, _ptrs(ins + [v]) + list(args))
+
+
 def _solve_call(em, node, v, x, name, flags=()):
     """x = a^-1 b by routine `name` (a (..., n, n), b and x (..., n, k)), `flags` after the sizes."""
     a, b = node.inputs
     nb, n, _ = _sizes(em, a.shape)
-    ins = _operands(em, v, x)
-    em.body.append(f"{v} = {em.buffer(node)}")
-    _call(em, name, a.dtype, _ptrs(ins + [v]) + [nb, n, em.sizes(b.shape[-1]), *flags])
+    _into_buffer(em, node, v, x, name, [nb, n, em.sizes(b.shape[-1]), *flags])
 
 
 @OPS.register("solve")
@@ -181,12 +187,8 @@ def _qr(em, node, v, x):
 
 @OPS.register("pinv")
 def _pinv(em, node, v, x):
-    a = node.inputs[0]
-    nb, m, n = _sizes(em, a.shape)
-    ins = _operands(em, v, x)
-    em.body.append(f"{v} = {em.buffer(node)}")
-    _call(em, "pinv", a.dtype, _ptrs(ins + [v]) + [nb, m, n, repr(float(node.p["rcond"])),
-                                                   int(node.p["hermitian"])])
+    nb, m, n = _sizes(em, node.inputs[0].shape)
+    _into_buffer(em, node, v, x, "pinv", [nb, m, n, repr(float(node.p["rcond"])), int(node.p["hermitian"])])
 
 
 @OPS.register("lstsq")
@@ -197,3 +199,9 @@ def _lstsq(em, node, v, x):
     nres = node.p["out_avals"][1][0][0]
     _call(em, "lstsq", a.dtype, _ptrs(ins + _parts(em, node))
           + [S(a.shape[0]), S(a.shape[1]), S(b.shape[1]), S(nres), repr(float(node.p["rcond"]))])
+
+
+@OPS.register("expm")
+def _expm(em, node, v, x):
+    nb, n, _ = _sizes(em, node.inputs[0].shape)
+    _into_buffer(em, node, v, x, "expm", [nb, n])

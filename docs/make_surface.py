@@ -44,6 +44,8 @@ def build():
         groups.setdefault(np_name(f).rsplit(".", 1)[0], []).append(f)
     methods = sorted(n for n in vars(Tensor) if not n.startswith("_") and n in dir(np.ndarray))
     dists = ", ".join(f"`{name}`" for name in sorted(stats.FAMILIES))
+    quantiles = ", ".join(f"`{name}`" for name, fam in sorted(stats.FAMILIES.items())
+                          if "ppf" in getattr(fam, "formulas", {}))
     captured = recording._CREATORS
     lines = [
         START, "",
@@ -67,7 +69,8 @@ def build():
         f"- **scipy.linalg** (called through the module): {_fmt(sorted(linalg.SCIPY_FUNCTIONS))}.",
         f"- **scipy.stats** distributions {dists}: "
         f"{_fmt(stats.CONTINUOUS_METHODS)} (continuous), {_fmt(stats.DISCRETE_METHODS)} (discrete), "
-        "on the distribution objects and frozen ones.",
+        f"and {_fmt(stats.QUANTILE_METHODS)} of {quantiles}; `logpdf`, `pdf` of `multivariate_normal` and "
+        f"`dirichlet`; on the distribution objects and frozen ones; and {_fmt(['scipy.stats.' + n for n in sorted(stats.TRACED_FUNCTIONS)])}.",
         "", END,
     ]
     return "\n".join(lines)

@@ -530,6 +530,11 @@ class Tensor:
         return np.transpose(self)
 
     @property
+    def flat(self):
+        """x.flat[key] reads (and x.flat[key] = v writes) the C-ordered elements of x."""
+        return _Flat(self)
+
+    @property
     def mT(self):
         return np.swapaxes(self, -1, -2)
 
@@ -856,3 +861,22 @@ def unbox(x, trace):
     if isinstance(x, EagerBox) and x._trace is trace:
         return x.value
     return x
+
+
+class _Flat:
+    """ndarray.flat of a traced array: indexing the flattened view (so an assignment writes x)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, key):
+        return np.ravel(self.array)[key]
+
+    def __setitem__(self, key, value):
+        flat = np.ravel(self.array)
+        flat[key] = value
+
+    def __len__(self):
+        return self.array.size

@@ -336,7 +336,10 @@ def np_name(obj):
     return f"{mod}.{getattr(obj, '__name__', repr(obj))}"
 
 
-UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+# ufunc.reduce: a NumPy function (its implementation in FUNCTIONS) or an implementation
+# (the op families add theirs), called with ufunc.reduce's arguments
+UFUNC_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min,
+                np.logical_and: np.all, np.logical_or: np.any, np.fmax: np.nanmax, np.fmin: np.nanmin}
 UFUNC_ACCUMULATE = {np.add: np.cumsum, np.multiply: np.cumprod}
 # associative ufuncs whose accumulate runs as log2(n) passes (the identity pads the shifted copy)
 UFUNC_SCANS = {np.maximum: -np.inf, np.minimum: np.inf, np.fmax: -np.inf, np.fmin: np.inf,
@@ -411,8 +414,13 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     if how == "at":
         return METHODS["ufunc_at"](ufunc, *inputs)
+    if how == "reduceat" and ufunc is np.add and "add_reduceat" in METHODS:
+        r = METHODS["add_reduceat"](*inputs, **kwargs)
+        return _write_out(out, r, name, inputs) if out is not None else _fresh(r, inputs)
     if how == "reduce" and ufunc in UFUNC_REDUCE:
-        r = FUNCTIONS[UFUNC_REDUCE[ufunc]](*inputs, **kwargs)
+        kwargs.setdefault("axis", 0)        # ufunc.reduce's default, where np.sum's is None
+        reducer = UFUNC_REDUCE[ufunc]
+        r = FUNCTIONS.get(reducer, reducer)(*inputs, **kwargs)
     elif how == "accumulate" and ufunc in UFUNC_ACCUMULATE and set(kwargs) <= {"axis", "dtype"}:
         r = FUNCTIONS[UFUNC_ACCUMULATE[ufunc]](*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     elif how == "accumulate" and ufunc in UFUNC_SCANS and len(inputs) == 1 and set(kwargs) <= {"axis"}:
@@ -429,9 +437,11 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
         if fn is None:
             raise NotSupportedError(f"{name} is not supported{where()}")
         dtype = kwargs.pop("dtype", None)
-        if kwargs:
-            raise NotSupportedError(f"{name} with arguments {sorted(kwargs)} is not supported{where()}")
-        r = fn(*inputs)
+        accepted = getattr(fn, "ufunc_kwargs", ())      # a gufunc's axis=, for one
+        if set(kwargs) - set(accepted):
+            raise NotSupportedError(f"{name} with arguments {sorted(set(kwargs) - set(accepted))} "
+                                    f"is not supported{where()}")
+        r = fn(*inputs, **kwargs)
         r = cast(r, dtype) if dtype is not None else r
     if out is not None:
         return _write_out(out, r, name, inputs)

@@ -383,8 +383,8 @@ def test_unsupported_functions_raise_not_supported(mode):
         run(lambda x: np.sum(np.fft.fft(x).real))
     with pytest.raises(jg.NotSupportedError, match=r"np\.spacing is not supported"):
         run(lambda x: np.sum(np.spacing(x)))
-    with pytest.raises(jg.NotSupportedError, match=r"np\.add\.reduceat is not supported"):
-        run(lambda x: np.sum(np.add.reduceat(x, [0, 2])))
+    with pytest.raises(jg.NotSupportedError, match=r"np\.multiply\.reduceat is not supported"):
+        run(lambda x: np.sum(np.multiply.reduceat(x, [0, 2])))
     if mode == "traced":     # eagerly, the mask's value is known: NumPy's result
         with pytest.raises(jg.NotSupportedError, match="traced boolean mask.*np.where"):
             run(lambda x: np.sum(x[x > 0]))

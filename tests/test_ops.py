@@ -78,7 +78,9 @@ PROMOTES_TO_F64 = {"pow-np-float", "np.float_power", "concatenate-with-const", "
                    "np.convolve constant", "np.bincount weights", "interp", "interp-left-right-at-points",
                    "interp-sample-points", "np.vander", "np.vander N increasing", "cov", "cov-rowvar-bias",
                    "cov-y-ddof", "cov-fweights-aweights", "cov-aweights-ddof0", "corrcoef", "corrcoef-xy-rowvar",
-                   "ufunc.outer-multiply-dtype", "np.bincount traced ints"}   # (as NumPy: float64 results)
+                   "ufunc.outer-multiply-dtype", "np.bincount traced ints", "np.polyval-const-x", "np.polyfit",
+                   "np.polyfit-x-w", "scipy.linalg.inv-det", "linalg.matrix_rank",
+                   "np.nanpercentile", "np.quantile-methods"}   # (as NumPy: float64 results)
 
 
 @pytest.mark.parametrize("entry", TABLE, ids=_id)

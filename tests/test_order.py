@@ -415,8 +415,10 @@ def test_quantile_errors():
         traced(lambda x: np.quantile(x, [0.5, -0.1]), x)
     with pytest.raises(jg.NotSupportedError, match="traced q"):
         jg.make_graph(lambda x, q: np.quantile(x, q))(x, np.float64(0.5))
+    with pytest.raises(jg.NotSupportedError, match="method='weibull'"):
+        traced(lambda x: np.quantile(x, 0.5, method="weibull"), x)
     with pytest.raises(jg.NotSupportedError, match="method='nearest'"):
-        traced(lambda x: np.quantile(x, 0.5, method="nearest"), x)
+        traced(lambda x: np.nanquantile(x, 0.5, method="nearest"), x)
     with pytest.raises(IndexError):
         traced(lambda x: np.percentile(x, 50), np.ones(0))
 

@@ -252,8 +252,9 @@ def test_mathlib_source_runs_as_python():
 
 # ---- the scipy.special front end ------------------------------------------------------------------------
 UNARY = ["expit", "logit", "log_expit", "erf", "erfc", "erfinv", "gammaln", "digamma", "ndtr", "log_ndtr",
-         "entr"]
-BINARY = ["xlogy", "xlog1py", "betaln", "gammainc", "gammaincc"]
+         "entr", "gamma", "ndtri", "erfcx", "exprel", "log1p", "expm1"]
+BINARY = ["xlogy", "xlog1py", "betaln", "gammainc", "gammaincc", "kl_div", "rel_entr", "huber", "pseudo_huber",
+          "boxcox", "boxcox1p", "inv_boxcox", "inv_boxcox1p"]
 
 
 def _edge_points():
@@ -295,7 +296,10 @@ def test_special_gradients_compiled(dtype):
         terms = [sc.expit(y), sc.logit(x), sc.erf(y), sc.erfc(y), sc.erfinv(x), sc.gammaln(y), sc.digamma(y),
                  sc.ndtr(y), sc.log_ndtr(-y), sc.entr(x), sc.xlogy(y, x), sc.xlog1py(x, y), sc.betaln(x, y),
                  sc.gammainc(2.5, x), sc.gammaincc(0.7, y), sc.betainc(2.0, 3.0, x), sc.betaincc(0.5, 4.0, x),
-                 sc.log_expit(y), sc.logsumexp(x * y) + sc.softmax(x)[0] + sc.log_softmax(y)[1]]
+                 sc.log_expit(y), sc.logsumexp(x * y) + sc.softmax(x)[0] + sc.log_softmax(y)[1],
+                 sc.gamma(y), sc.ndtri(x), sc.erfcx(y * 5.0 - 6.0), sc.exprel(y), sc.kl_div(x, y), sc.rel_entr(y, x),
+                 sc.huber(x, y - 1.5), sc.pseudo_huber(x, y), sc.boxcox(y, x), sc.boxcox1p(y, x),
+                 sc.inv_boxcox(x, y * 0.2), sc.inv_boxcox1p(x, y * 0.2)]
         return sum(np.sum(t) for t in terms)
 
     graph = jg.make_graph(loss, (0, 1), grad=True)(x, y)
@@ -314,7 +318,9 @@ def test_ufunc_dtypes_follow_scipy():
     x32 = np.float32([0.5, 1.5])
     cases = [lambda x: sc.xlogy(x, 2.0), lambda x: sc.xlogy(x, x), lambda x: sc.gammainc(2.5, x),
              lambda x: sc.erf(x), lambda x: sc.betainc(0.5, 2.0, x / 2), lambda x: sc.erf(np.arange(3)),
-             lambda x: sc.polygamma(1, x), lambda x: sc.expit(x), lambda x: sc.logsumexp(x)]
+             lambda x: sc.polygamma(1, x), lambda x: sc.expit(x), lambda x: sc.logsumexp(x),
+             lambda x: sc.kl_div(x, 2.0), lambda x: sc.boxcox(x, np.float64(0.5)), lambda x: sc.gamma(x),
+             lambda x: sc.log1p((x * 2.0).astype(np.int8)), lambda x: sc.ndtri(x / 2), lambda x: sc.erfcx(x)]
     for f in cases:
         want = np.asarray(f(x32)).dtype
         assert jg.make_graph(f)(x32).outputs[0].dtype == want
@@ -355,8 +361,8 @@ def test_wrappers_are_installed_once():
 
 def test_other_scipy_functions_are_refused_by_name():
     x = np.linspace(0.5, 2.0, 4)
-    with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.gamma is not supported on traced"):
-        jg.grad(lambda x: np.sum(sc.gamma(x)))(x)
+    with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.j0 is not supported on traced"):
+        jg.grad(lambda x: np.sum(sc.j0(x)))(x)
     with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.i0 is not supported"):
         jg.make_graph(lambda x: sc.i0(x))(x)
     # a Python function of scipy.special that converts its argument: named, not "conversion"
@@ -371,6 +377,107 @@ def test_early_bound_logsumexp_names_the_fix():
     original = sc.logsumexp.__jitgraph_original__
     with pytest.raises(jg.NotSupportedError, match=r"scipy\.special\.logsumexp .*called through the module"):
         jg.grad(lambda x: original(x))(np.arange(3.0))
+
+
+# 17-digit values computed with mpmath at 50 digits
+EXPRESSION_EXACT = {
+    "ndtri": [(5e-324, -38.467405617144344), (1e-300, -37.0470962993612), (1e-20, -9.262340089798407),
+              (1e-12, -7.034483825301132), (0.02, -2.053748910631823), (0.3, -0.5244005127080408),
+              (0.93, 1.475791028179171), (0.999999999999, 7.0344869100478356)],
+    "erfcx": [(-26.0, 7.657724931490568e+293), (-5.5, 27443409954929.71), (-0.3, 1.4537492328427655),
+              (1e-08, 0.9999999887162084), (0.7, 0.525930337349441), (8.9, 0.06299928450960506),
+              (9.0, 0.06230772403777468), (12.5, 0.04499209900102792), (30.0, 0.01879588886141675),
+              (1e5, 5.6418958351954685e-06)],
+    "gamma": [(-170.5, -3.3127395215386074e-308), (-2.5, -0.9453087204829419), (-0.5, -3.544907701811032),
+              (1e-10, 9999999999.422785), (0.1, 9.51350769866873), (5.5, 52.34277778455352),
+              (30.25, 2.0628053137753467e+31), (170.5, 5.56209241456e+305)],
+    "exprel": [(-50.0, 0.02), (-1e-09, 0.9999999995), (1e-09, 1.0000000005), (0.3, 1.1661960252533436),
+               (5.0, 29.48263182051532), (39.9, 5337979876905119.0), (40.0, 5884631670925500.0),
+               (88.0, 1.876859380675002e+36), (700.0, 1.4489029353357207e+301)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPRESSION_EXACT))
+def test_expression_functions_exact_values(name):
+    """ndtri (Wichura's AS 241), erfcx, gamma and exprel are scalar-language expressions: compiled,
+    within a few ulps of exact values, and against SciPy over wide ranges."""
+    x, want = np.array(EXPRESSION_EXACT[name]).T
+    fn = jg.jit(getattr(sc, name))
+    assert_ulps(fn(x), want, 4 if name != "erfcx" else 16, x)     # erfcx: x^2's rounding (14 at 8.9)
+    x = {"ndtri": np.concatenate([RNG.uniform(0, 1, 20000), 10 ** RNG.uniform(-323, -1, 5000),
+                                  1 - 10 ** RNG.uniform(-16, -1, 5000)]),
+         "erfcx": np.concatenate([RNG.uniform(-26, 26, 20000), 10 ** RNG.uniform(-300, 300, 5000)]),
+         "gamma": RNG.uniform(-170, 171.6, 20000), "exprel": RNG.uniform(-800, 720, 20000)}[name]
+    np.testing.assert_allclose(fn(x), getattr(sc, name)(x), rtol=2e-14, atol=1e-300)
+
+
+def _new_edges_program(g, p, e, v, w, lm):
+    return (sc.gamma(g), sc.ndtri(p), sc.erfcx(e), sc.exprel(e), sc.kl_div(v, w), sc.rel_entr(v, w),
+            sc.huber(v - 0.5, w), sc.pseudo_huber(v, w), sc.boxcox(w, lm), sc.boxcox1p(v, lm),
+            sc.inv_boxcox(v, lm), sc.inv_boxcox1p(w, lm))
+
+
+def _new_edge_args():
+    g = np.array([0.0, -0.0, -1.0, -2.0, -1e300, -np.inf, np.inf, np.nan, -2.5, -0.5, 1e-310, -1e-310, 171.7,
+                  -180.5, 1e-20])
+    p = np.array([0.0, 1.0, -0.1, 1.1, np.nan, 5e-324, 1e-300, 1e-12, 1 - 1e-12, 0.5, 0.075, 0.925])
+    e = np.array([-30.0, -26.0, 0.0, 8.999, 9.0, 1e10, 1e200, 1e300, np.inf, -np.inf, np.nan])
+    v = np.array([0.0, 0.0, 0.0, 1.0, -1.0, 1.0, np.nan, 0.0, 1e-300, np.inf, 1.0, 2.0, 1.0])
+    w = np.array([0.0, 1.0, -1.0, 0.0, 1.0, -1.0, 1.0, np.nan, 1e300, 1.0, np.inf, 1e-310, 2.0])
+    lm = np.array([0.5, 0.0, 1e-20, -1e-20, 710.0, 80.0, 0.0, 1e-200, -0.5, 2.0, np.nan, 0.0, 1.0])
+    return g, p, e, v, w, lm
+
+
+def _assert_new_edges(got, want):
+    for k, (a, b) in enumerate(zip(got, want)):
+        try:
+            assert_close(np.asarray(a).reshape(np.shape(b)), b, rtol=1e-13, atol=1e-300)
+        except AssertionError as err:
+            raise AssertionError(f"output {k}: {err}") from None
+    np.testing.assert_array_equal(np.asarray(got[0])[:2], [np.inf, -np.inf])     # gamma(+-0)
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_new_special_function_edges_compiled(backend):
+    """SciPy's values at the edges: gamma's poles and signed infinities at +-0, ndtri at 0, 1, outside
+    [0, 1] and in the tails, erfcx at large +-x, kl_div/rel_entr at zeros, negatives and
+    infinities, the Box-Cox transforms at lmbda = 0 and where they overflow."""
+    args = _new_edge_args()
+    _assert_new_edges(jg.jit(_new_edges_program, backend=backend)(*args), _new_edges_program(*args))
+
+
+def test_new_special_function_edges_cuda():
+    pytest.importorskip("numba_cuda")
+    from jitgraph import codegen
+    from jitgraph.codegen.emit_cuda import cuda_unavailable_reason
+    if cuda_unavailable_reason() is not None:
+        pytest.skip(cuda_unavailable_reason())
+    args = _new_edge_args()
+    prog = codegen.compile_graph(jg.make_graph(_new_edges_program)(*args), target="cuda")
+    _assert_new_edges(prog.run(*args), _new_edges_program(*args))
+
+
+def test_new_special_function_gradients_at_edges():
+    """Where SciPy's definitions switch formulas (x = 0 in kl_div and rel_entr, delta or r = 0 in
+    pseudo_huber, lmbda = 0 in the Box-Cox transforms) the gradients stay finite."""
+    x = np.array([0.0, 0.0, 0.5, 2.0, 1e-5])
+    y = np.array([1.0, 0.0, 0.0, 3.0, 1e5])
+    lm = np.array([0.0, 0.0, 0.5, 1e-20, 0.0])
+
+    def loss(x, y, lm):
+        return np.sum(sc.kl_div(x, y + 1.0) + sc.rel_entr(x, y + 1.0) + sc.pseudo_huber(x, y) + sc.huber(x, y)
+                      + sc.boxcox(y + 1.0, lm) + sc.boxcox1p(x, lm) + sc.inv_boxcox(x, lm)
+                      + sc.inv_boxcox1p(x, lm))
+
+    for grads in (jg.grad(loss, (0, 1, 2))(x, y, lm),
+                  jg.eval_graph(jg.make_graph(loss, (0, 1, 2), grad=True)(x, y, lm), x, y, lm)[1]):
+        for gr in grads:
+            assert np.all(np.isfinite(gr)), grads
+    # kl_div(0, y) = y: derivative 1 in y; rel_entr's derivatives at x/y = 1e-300 (log(x) - log(y))
+    gy = jg.grad(lambda y: np.sum(sc.kl_div(0.0, y)))(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(gy, [1.0, 1.0])
+    gx, gy = jg.grad(lambda x, y: sc.rel_entr(x, y), (0, 1))(1e-300, 1.0)
+    np.testing.assert_allclose([gx, gy], [np.log(1e-300) + 1.0, -1e-300], rtol=1e-14)
 
 
 def test_import_does_not_import_scipy_stats():

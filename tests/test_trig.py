@@ -198,3 +198,31 @@ def test_compiled_programs_use_the_logs_and_match_numpy(dtype):
         np.testing.assert_allclose(g, want, rtol=tol, atol=tol * np.abs(want).max())
     src = f.lower(w, x).source
     assert "_ml.log1p(" in src and "_ml.log(" in src and "np.log1p(" not in src and "np.log(" not in src
+
+
+# ---- the cube root: the C library's, corrected by one exact-residual Newton step ---------------------
+def test_cbrt_within_one_ulp_and_mostly_correctly_rounded():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(1500) * 10.0 ** rng.integers(-300, 300, 1500),
+                        np.arange(1, 300.0) ** 3, -np.arange(1, 50.0) ** 3, 5e-324 * np.arange(1, 4), [1e-310, 1.7976931348623157e308]])
+    got = jg.jit(lambda a: np.cbrt(a), wait=True)(x)
+    mpmath.mp.prec = 300
+    exact = np.array([float(mpmath.cbrt(mpmath.mpf(abs(v)))) * np.sign(v) for v in x.tolist()])
+    ulps = np.abs(got - exact) / np.spacing(np.abs(exact))
+    assert ulps.max() <= 1.0
+    assert np.sum(ulps > 0) <= 5           # (glibc's cbrt alone: about half of them)
+    n = np.arange(1, 300.0)
+    np.testing.assert_array_equal(jg.jit(lambda a: np.cbrt(a), wait=True)(n ** 3), n)
+
+
+def test_cbrt_special_values_and_float32():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 8.0, -27.0])
+    for dt in (np.float64, np.float32):
+        got = jg.jit(lambda a: np.cbrt(a), wait=True)(x.astype(dt))
+        want = np.cbrt(x.astype(dt))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got[:5], want[:5])
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        np.testing.assert_array_equal(got[5:], [2.0, -3.0])    # (NumPy's float32 SIMD loop: -2.9999998)
+    y = np.random.default_rng(6).standard_normal(200).astype(np.float32) * 1e3
+    np.testing.assert_allclose(jg.jit(lambda a: np.cbrt(a), wait=True)(y), np.cbrt(y), rtol=2e-7)

@@ -15,8 +15,10 @@ from ..core import Tensor
 from ..errors import NotSupportedError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
-from .elementwise import multiply, where_
+from .elementwise import add, divide, logical_not, multiply, subtract, to_bool, where_
 from .index import getitem, setitem
+from .linalg import lstsq
+from .order import searchsorted
 from .reduce import sum as _sum
 from .registry import implements
 from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape, stack
@@ -376,6 +378,345 @@ def convolve(a, v, mode="full"):
         start = (m - 1) // 2
         out = out[start:start + n]
     return out
+
+
+@implements(np.correlate)
+def correlate(a, v, mode="valid"):
+    """np.correlate of two real 1-d arrays: c[k] = sum_n a[n + k] v[n], as the convolution with v
+    reversed (NumPy's: with the arrays swapped and the result reversed where v is longer)."""
+    if not _traced(a, v):
+        return np.correlate(a, v, mode)
+    a, v = as_operand(a), as_operand(v)
+    a = reshape(a, (1,)) if _ndim(a) == 0 else a
+    v = reshape(v, (1,)) if _ndim(v) == 0 else v
+    if _ndim(a) == 1 and _ndim(v) == 1 and shape_of(v)[0] > shape_of(a)[0]:
+        return convolve(v, a[::-1], mode)[::-1]
+    return convolve(a, v[::-1] if _ndim(v) == 1 else v, mode)
+
+
+@implements(np.polyval)
+def polyval(p, x):
+    """np.polyval by NumPy's Horner loop: y = y * x + p[i] from zeros of x's dtype, so the value
+    and its rounding are NumPy's."""
+    if not _traced(p, x):
+        return np.polyval(p, x)
+    p = as_operand(p)
+    x = as_operand(x)
+    if _ndim(p) != 1:
+        p = reshape(p, (-1,)) if _ndim(p) == 0 else p
+    y = full_like(x, 0)
+    for i in range(shape_of(p)[0]):
+        y = add(multiply(y, x), p[i])
+    return y
+
+
+@implements(np.polyfit)
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """np.polyfit by NumPy's computation: least squares on the Vandermonde matrix with columns
+    scaled to unit norm, coefficients highest power first (one column per fit for 2-D y);
+    `full` adds (residuals, rank, singular values, rcond). cov is not supported traced."""
+    if not _traced(x, y, w):
+        return np.polyfit(x, y, deg, rcond=rcond, full=full, w=w, cov=cov)
+    if cov:
+        raise NotSupportedError(f"np.polyfit(..., cov=True) is not supported on traced values{where()}")
+    order = int(_static_int(deg, "np.polyfit's deg")) + 1
+    x, y = as_operand(x), as_operand(y)
+    x = x.astype(np.promote_types(x.dtype, np.float64)) if x.dtype.kind != "f" or x.dtype.itemsize < 8 else x
+    y = y.astype(np.promote_types(y.dtype, np.float64)) if y.dtype.kind != "f" or y.dtype.itemsize < 8 else y
+    if order < 1:
+        raise ValueError("expected deg >= 0")
+    if _ndim(x) != 1:
+        raise TypeError("expected 1D vector for x")
+    if shape_of(x)[0] == 0:
+        raise TypeError("expected non-empty vector for x")
+    if _ndim(y) < 1 or _ndim(y) > 2:
+        raise TypeError("expected 1D or 2D array for y")
+    if shape_of(x)[0] != shape_of(y)[0]:
+        raise TypeError("expected x and y to have same length")
+    if rcond is None:
+        rcond = shape_of(x)[0] * np.finfo(np.float64).eps
+    lhs = vander(x, order)
+    rhs = y
+    if w is not None:
+        w = as_operand(w)
+        w = cast(w, np.float64)
+        lhs = multiply(lhs, reshape(w, (-1, 1)))
+        rhs = multiply(rhs, reshape(w, (-1, 1)) if _ndim(y) == 2 else w)
+    scale = (lhs * lhs).sum(axis=0) ** 0.5
+    lhs = divide(lhs, scale)
+    c, resids, rank, s = lstsq(lhs, rhs, rcond)
+    c = divide(c, reshape(scale, (-1, 1)) if _ndim(c) == 2 else scale)
+    if full:
+        return c, resids, rank, s, rcond
+    return c
+
+
+if hasattr(np, "trapezoid"):
+    @implements(np.trapezoid)
+    def trapezoid(y, x=None, dx=1.0, axis=-1):
+        """np.trapezoid: sum(d * (y[1:] + y[:-1]) / 2) along `axis`, d the spacing (dx, or the
+        differences of x, 1-d along the axis or shaped like y), in NumPy's order of operations."""
+        if not _traced(y, x, dx):
+            return np.trapezoid(y, x=x, dx=dx, axis=axis)
+        y = as_operand(y)
+        nd = _ndim(y)
+        axis = norm_axis(axis, nd)
+        if x is None:
+            d = dx
+        else:
+            x = as_operand(x)
+            if _ndim(x) == 1:
+                d = subtract(x[1:], x[:-1])
+                shape = [1] * nd
+                shape[axis] = shape_of(d)[0]
+                d = reshape(d, shape)
+            else:
+                d = subtract(getitem(x, _along(axis, _ndim(x), slice(1, None))),
+                             getitem(x, _along(axis, _ndim(x), slice(None, -1))))
+        pair = add(getitem(y, _along(axis, nd, slice(1, None))), getitem(y, _along(axis, nd, slice(None, -1))))
+        return _sum(divide(multiply(d, pair), 2.0), axis=axis)
+
+
+def _block_depth(arrays, at="arrays"):
+    if type(arrays) is tuple:
+        raise TypeError(f"{at} is a tuple. Only lists can be used to arrange blocks, and np.block does "
+                        f"not allow implicit conversion from tuple to ndarray.")
+    if type(arrays) is not list:
+        return 0
+    if not arrays:
+        raise ValueError(f"List at {at} cannot be empty")
+    depths = {_block_depth(e, f"{at}[{i}]") for i, e in enumerate(arrays)}
+    if len(depths) != 1:
+        raise ValueError(f"List depths are mismatched at {at}")
+    return 1 + depths.pop()
+
+
+def _block_leaves(arrays):
+    if type(arrays) is list:
+        for e in arrays:
+            yield from _block_leaves(e)
+    else:
+        yield arrays
+
+
+@implements(np.block)
+def block(arrays):
+    """np.block: nested lists of arrays joined along the last axis (innermost lists), the one
+    before it (the next level), and so on; every block is first given the result's rank with
+    leading ones."""
+    leaves = list(_block_leaves(arrays))
+    if not _traced(*leaves):
+        return np.block(arrays)
+    depth = _block_depth(arrays)
+    nd = builtins.max([depth] + [_ndim(as_operand(e)) for e in leaves])
+
+    def assemble(x, level):
+        if type(x) is list:
+            return concatenate([assemble(e, level - 1) for e in x], axis=-level)
+        x = as_operand(x)
+        return reshape(x, (1,) * (nd - _ndim(x)) + tuple(shape_of(x)))
+    return assemble(arrays, depth)
+
+
+@implements(np.piecewise)
+def piecewise(x, condlist, funclist, *args, **kw):
+    """np.piecewise: funclist[i] (a function of x, or a value) where condlist[i] holds, the later
+    condition winning, zero elsewhere (an extra function is the value where none holds).
+
+    Conditions known when tracing select x's elements as NumPy does (each function sees only its
+    elements). Traced conditions evaluate each function on all of x and pick by np.where: the
+    values are NumPy's for elementwise functions, and a function whose derivative is infinite or
+    NaN where its condition does not hold (sqrt of a negative) gives NaN gradients there."""
+    conds = list(condlist) if isinstance(condlist, (list, tuple)) else [condlist]
+    if not _traced(x, *conds):
+        return np.piecewise(x, condlist, funclist, *args, **kw)
+    x = as_operand(x)
+    if not isinstance(condlist, (list, tuple)) or (
+            _ndim(x) != 0 and not isinstance(conds[0], (list, np.ndarray, Tensor))):
+        conds = [condlist]
+    conds = [to_bool(as_operand(c)) for c in conds]
+    n, n2 = len(conds), len(funclist)
+    if n == n2 - 1:
+        none = conds[0]
+        for c in conds[1:]:
+            none = none | c
+        conds.append(logical_not(none))
+    elif n != n2:
+        raise ValueError(f"with {n} condition(s), either {n} or {n + 1} functions are expected")
+    y = full_like(x, 0)
+    for cond, func in zip(conds, funclist):
+        cond = broadcast_to(cond, shape_of(x))
+        if isinstance(cond, np.ndarray) and callable(func):
+            # known: the function sees only its elements, as in NumPy; their results are
+            # spread back to the selected positions by one gather
+            k = int(cond.sum())
+            if k:
+                vals = broadcast_to(cast(as_operand(func(getitem(x, cond), *args, **kw)), y.dtype), (k,))
+                spread = np.maximum(np.cumsum(cond.reshape(-1)) - 1, 0).reshape(cond.shape)
+                y = where_(cond, getitem(vals, (spread,)), y)
+            continue
+        value = func(x, *args, **kw) if callable(func) else func
+        y = where_(cond, cast(as_operand(value), y.dtype) if isinstance(value, Tensor) else
+                   np.asarray(value).astype(y.dtype), y)
+    return y
+
+
+@implements(np.apply_along_axis)
+def apply_along_axis(func1d, axis, arr, *args, **kwargs):
+    """np.apply_along_axis: func1d on every 1-d slice along `axis` (one call per slice, while
+    tracing), its results stacked with their axes in place of `axis`."""
+    if not _traced(arr, *args, *kwargs.values()):
+        return np.apply_along_axis(func1d, axis, arr, *args, **kwargs)
+    arr = as_operand(arr)
+    nd = _ndim(arr)
+    axis = norm_axis(axis, nd)
+    moved = moveaxis(arr, axis, -1)
+    batch = tuple(shape_of(moved))[:-1]
+    if not batch:
+        return as_operand(func1d(moved, *args, **kwargs))
+    if int(np.prod(batch)) == 0:
+        raise ValueError("Cannot apply_along_axis when any iteration dimensions are 0")
+    outs = [as_operand(func1d(moved[ind], *args, **kwargs)) for ind in np.ndindex(*batch)]
+    res_shape = tuple(shape_of(outs[0]))
+    r = reshape(stack(outs), batch + res_shape)
+    k = len(res_shape)
+    perm = tuple(range(axis)) + tuple(range(len(batch), len(batch) + k)) + tuple(range(axis, len(batch)))
+    return r if perm == tuple(range(len(perm))) else r.transpose(perm)
+
+
+def _indices_from(name, make):
+    @implements(getattr(np, name))
+    def f(arr, *a, **kw):
+        return make(tuple(shape_of(as_operand(arr))), *a, **kw)
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+def _tri_from(tri):
+    def make(shape, k=0):
+        if len(shape) != 2:
+            raise ValueError("input array must be 2-d")
+        return tri(shape[-2], k=k, m=shape[-1])
+    return make
+
+
+def _diag_from(shape):
+    if len(shape) < 2:
+        raise ValueError("input array must be at least 2-d")
+    if len(set(shape)) != 1:
+        raise ValueError("All dimensions of input must be of equal length")
+    return np.diag_indices(shape[0], len(shape))
+
+
+_indices_from("tril_indices_from", _tri_from(np.tril_indices))
+_indices_from("triu_indices_from", _tri_from(np.triu_indices))
+_indices_from("diag_indices_from", _diag_from)
+
+
+if hasattr(np, "astype"):
+    @implements(np.astype)
+    def astype(x, dtype, /, *, copy=True, device=None):
+        """np.astype (NumPy 2.1): x converted to dtype."""
+        return as_operand(x).astype(dtype)
+
+
+def _known_mask(condition, name):
+    if isinstance(condition, Tensor):
+        raise NotSupportedError(f"{name} with a traced condition is not supported (the result's "
+                                f"size would depend on the data); use np.where{where()}")
+    return np.asarray(condition).astype(bool)
+
+
+@implements(np.compress)
+def compress(condition, a, axis=None, out=None):
+    """np.compress with a condition known when tracing: the slices along `axis` (of the
+    flattened array for None) where it holds."""
+    if not _traced(condition, a):
+        return np.compress(condition, a, axis, out)
+    if out is not None:
+        raise NotSupportedError(f"np.compress with out= is not supported{where()}")
+    cond = _known_mask(condition, "np.compress").reshape(-1)
+    a = as_operand(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = norm_axis(axis, _ndim(a))
+    n = shape_of(a)[axis]
+    if len(cond) > n:
+        raise IndexError(f"index {len(cond) - 1} is out of bounds for axis {axis} with size {n}")
+    return getitem(a, _along(axis, _ndim(a), np.nonzero(cond)[0]))
+
+
+@implements(np.extract)
+def extract(condition, arr):
+    """np.extract with a condition known when tracing: arr's elements where it holds, flattened."""
+    if not _traced(condition, arr):
+        return np.extract(condition, arr)
+    cond = _known_mask(condition, "np.extract").reshape(-1)
+    return getitem(ravel(as_operand(arr)), np.nonzero(cond)[0])
+
+
+@implements(np.choose)
+def choose(a, choices, out=None, mode="raise"):
+    """np.choose: choices[a] elementwise (a, the choices broadcast together), for integer a known
+    when tracing or traced (then out-of-range entries pick nothing: mode 'clip' or 'wrap' tells
+    which choice they mean, as in NumPy; 'raise' needs them known)."""
+    choices = list(choices)
+    if not _traced(a, *choices):
+        return np.choose(a, choices, out=out, mode=mode)
+    if out is not None:
+        raise NotSupportedError(f"np.choose with out= is not supported{where()}")
+    n = len(choices)
+    a = as_operand(a)
+    if mode == "clip":
+        a = np.clip(a, 0, n - 1) if not isinstance(a, Tensor) else a.clip(0, n - 1)
+    elif mode == "wrap":
+        a = a % n
+    elif not isinstance(a, Tensor) and (np.any(a < 0) or np.any(a >= n)):
+        raise ValueError("invalid entry in choice array")
+    elif isinstance(a, Tensor):
+        raise NotSupportedError(f"np.choose with a traced index array needs mode='clip' or "
+                                f"mode='wrap' (mode='raise' would check its values){where()}")
+    vals = [as_operand(c) if isinstance(c, Tensor) or not builtins.isinstance(c, (int, float)) else c
+            for c in choices]
+    dt = result_dtype(*vals)
+    r = cast(as_operand(vals[-1]), dt)
+    for k in range(n - 2, -1, -1):
+        r = where_(a == k, cast(as_operand(vals[k]), dt), r)
+    shape = broadcast_shapes(shape_of(a), *[shape_of(as_operand(c)) for c in vals])
+    return broadcast_to(as_operand(r), shape)
+
+
+@implements(np.digitize)
+def digitize(x, bins, right=False):
+    """np.digitize: the index of the bin each x falls in, for monotonic bins known when tracing
+    or traced (increasing assumed for traced bins), by searchsorted as NumPy computes it."""
+    if not _traced(x, bins):
+        return np.digitize(x, bins, right)
+    if not isinstance(bins, Tensor):
+        b = np.asarray(bins)
+        if b.ndim != 1:
+            raise ValueError("object too deep for desired array")
+        delta = np.diff(b)
+        if not (np.all(delta >= 0) or np.all(delta <= 0)):
+            raise ValueError("bins must be monotonically increasing or decreasing")
+        if len(b) > 1 and b[0] > b[-1]:
+            side = "left" if right else "right"
+            return len(b) - searchsorted(b[::-1].copy(), x, side=side)
+    return searchsorted(bins, x, side="left" if right else "right")
+
+
+@implements(np.ediff1d)
+def ediff1d(ary, to_end=None, to_begin=None):
+    """np.ediff1d: the differences of the flattened array, with to_begin and to_end around them."""
+    if not _traced(ary, to_end, to_begin):
+        return np.ediff1d(ary, to_end, to_begin)
+    flat = ravel(as_operand(ary))
+    parts = [subtract(flat[1:], flat[:-1])]
+    if to_begin is not None:
+        parts.insert(0, cast(ravel(as_operand(to_begin)), flat.dtype))
+    if to_end is not None:
+        parts.append(cast(ravel(as_operand(to_end)), flat.dtype))
+    return concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
 
 @implements(np.vander)

@@ -252,6 +252,19 @@ exp = unary_float("exp", np.exp, "exp({0})", (lambda g, out, x: g * out,))
 expm1 = unary_float("expm1", np.expm1, "expm1({0})", (lambda g, out, x: g * (out + 1.0),))
 log = unary_float("log", np.log, "log({0})", (lambda g, out, x: g / x,))
 log1p = unary_float("log1p", np.log1p, "log1p({0})", (lambda g, out, x: g / (x + 1.0),))
+
+
+def _cbrt_expr(copysign_of):
+    """The real cube root for ONNX, which has no operator for it: |x|^(1/3) by pow, then one
+    Newton step (the exponent 1/3 is not exact: pow alone was off by up to ~1e-14 relative for
+    large |x|, and 27 gave 3.0000000000000004); zeros, infinities and NaN are their own roots."""
+    y = "pow(abs({0}), 0.3333333333333333)"
+    newton = f"({y} - ({y} * {y} * {y} - abs({{0}})) / (3.0 * {y} * {y}))"
+    return f"{{0}} if ({{0}} == 0) | isinf({{0}}) | isnan({{0}}) else {copysign_of(newton)}"
+
+
+cbrt = unary_float("cbrt", np.cbrt, "cbrt({0})", (lambda g, out, x: g / (out * out * 3.0),),
+                   export_expr=_cbrt_expr(lambda y: f"sign({{0}}) * {y}"))
 sin = unary_float("sin", np.sin, "sin({0})", (lambda g, out, x: g * cos(x),))
 cos = unary_float("cos", np.cos, "cos({0})", (lambda g, out, x: -(g * sin(x)),))
 tan = unary_float("tan", np.tan, "tan({0})", (lambda g, out, x: g * (out * out + 1.0),))
@@ -339,6 +352,11 @@ def logical_or(a, b):
 @implements(np.logical_not)
 def logical_not(x):
     return bind("not", to_bool(x))
+
+
+@implements(np.logical_xor)
+def logical_xor(a, b):
+    return not_equal(to_bool(a), to_bool(b))
 
 
 def _boolean_only(name, fn):
@@ -607,6 +625,63 @@ def heaviside(x1, x2):
     return cast(step, dt)
 
 
+@implements(np.signbit)
+def signbit(x):
+    """True where the sign bit is set: negative numbers, -0.0 and NaNs with their sign bit."""
+    x = as_operand(x) if not isinstance(x, (bool, int, float)) else np.asarray(x)
+    if not isinstance(x, Tensor):
+        return np.signbit(x)
+    if x.dtype.kind != "f":
+        return less(x, 0)
+    return less(copysign(1.0, x), 0.0)
+
+
+@implements(np.ldexp)
+def ldexp(x1, x2):
+    """x1 * 2**x2 for integer x2, as one product by an exact power of two (two where 2**x2 alone
+    would over- or underflow, so results in range are NumPy's exactly)."""
+    x2 = as_operand(x2) if not isinstance(x2, (bool, int)) else np.asarray(x2)
+    if x2.dtype.kind not in "biu":
+        raise TypeError(f"ufunc 'ldexp' not supported for the input types: the exponent must be an "
+                        f"integer{where()}")
+    dt = result_dtype(x1)
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    x1 = cast(as_operand(x1), dt) if not is_weak(x1) or isinstance(x1, Tensor) else np.asarray(x1, dt)
+    e = cast(x2, np.int64)
+    lo = floor_divide(e, 2)
+    half = exp2(cast(lo, dt))
+    return multiply(multiply(x1, half), exp2(cast(subtract(e, lo), dt)))
+
+
+@implements(np.modf)
+def modf(x):
+    """(fractional part, integral part), both with x's sign; the fractional part's gradient is 1."""
+    x = as_operand(x)
+    if not isinstance(x, Tensor):
+        return np.modf(x)
+    x = cast(x, x.dtype if x.dtype.kind == "f" else np.float64)
+    whole = trunc(x)
+    frac = where_(isinf(x), copysign(0.0, x), subtract(x, whole))
+    return frac, whole
+
+
+@implements(np.isclose)
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """NumPy's test |a - b| <= atol + rtol * |b| (finite b), or a == b (infinities), or both NaN
+    with equal_nan; no gradient."""
+    if isinstance(rtol, Tensor) or isinstance(atol, Tensor):
+        raise NotSupportedError(f"np.isclose with traced rtol or atol is not supported{where()}")
+    a = as_operand(a) if not isinstance(a, (bool, int, float)) else np.asarray(a)
+    b = as_operand(b) if not isinstance(b, (bool, int, float)) else np.asarray(b)
+    dt = np.result_type(a.dtype, b.dtype, 1.0)
+    a, b = cast(a, dt), cast(b, dt)
+    close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))
+    r = logical_or(logical_and(close, isfinite(b)), equal(a, b))
+    if equal_nan:
+        r = logical_or(r, logical_and(isnan(a), isnan(b)))
+    return r
+
+
 # ---- NaN and infinities ------------------------------------------------------------------------------
 elementwise_prim("isnan", "isnan({0})", np.isnan, ZERO_GRADIENT, predicate)
 elementwise_prim("isinf", "isinf({0})", np.isinf, ZERO_GRADIENT, predicate)
@@ -629,6 +704,24 @@ def _float_predicate(name, ufunc, integer_value):
 isnan = _float_predicate("isnan", np.isnan, False)
 isinf = _float_predicate("isinf", np.isinf, False)
 isfinite = _float_predicate("isfinite", np.isfinite, True)
+
+
+@implements(np.isposinf)
+def isposinf(x, out=None):
+    no_out(out, "np.isposinf")
+    return logical_and(isinf(x), greater(x, 0))
+
+
+@implements(np.isneginf)
+def isneginf(x, out=None):
+    no_out(out, "np.isneginf")
+    return logical_and(isinf(x), less(x, 0))
+
+
+@implements(np.real_if_close)
+def real_if_close(a, tol=100):
+    """Real arrays are returned as they are (complex ones are not supported)."""
+    return as_operand(a)
 
 
 @implements(np.nan_to_num)

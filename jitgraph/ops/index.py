@@ -663,3 +663,39 @@ def array_fill(x, value):
 
 method("fill")(array_fill)
 method("ufunc_at")(ufunc_at)
+
+
+def add_reduceat(a, indices, axis=0, dtype=None, out=None):
+    """np.add.reduceat for indices known when tracing: sums of a[indices[i]:indices[i + 1]]
+    along `axis` (a[indices[i]] where the next index is not larger; the last to the end), as
+    one gather of the positions every segment covers and one scatter-add of them into their
+    segments, each segment added in order as NumPy does."""
+    no_out(out, "np.add.reduceat")
+    if isinstance(indices, Tensor):
+        raise NotSupportedError(f"np.add.reduceat with traced indices is not supported (the "
+                                f"segments' lengths would depend on the data){where()}")
+    a = as_operand(a)
+    nd = len(shape_of(a))
+    axis = norm_axis(axis, nd)
+    n = shape_of(a)[axis]
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise TypeError(f"np.add.reduceat's indices must be a 1-d array of integers{where()}")
+    for i in idx:
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out-of-bounds in add.reduceat [0, {n}){where()}")
+    positions, segments = [], []
+    for k, start in enumerate(idx):
+        stop = idx[k + 1] if k + 1 < len(idx) else n
+        span = np.arange(start, stop) if start < stop else np.array([start])
+        positions.append(span)
+        segments.append(np.full(len(span), k))
+    if dtype is not None:
+        a = cast(a, dtype)
+    elif a.dtype == bool or (a.dtype.kind in "iu" and a.dtype.itemsize < 8):
+        a = cast(a, np.int64 if a.dtype.kind != "u" or a.dtype == bool else np.uint64)
+    if not isinstance(a, Tensor):
+        return np.add.reduceat(a, idx, axis=axis)
+    rows = bind("gather", a, np.concatenate(positions).astype(np.int64), axis=axis)
+    return bind("scatter_add", rows, np.concatenate(segments).astype(np.int64), axis=axis, size=len(idx))
+method("add_reduceat")(add_reduceat)

@@ -48,7 +48,7 @@ from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, keepd
                          norm_axis, reshape, shape_of, swapaxes)
 from .elementwise import (absolute, add, divide, equal, exp, multiply, not_equal, power, sqrt, subtract,
                           where_)
-from .products import matmul
+from .products import dot, matmul
 from .reduce import amax, amin, sum
 from .registry import implements, register
 from .shape import concatenate, expand_dims, moveaxis
@@ -558,6 +558,23 @@ register("qr", "linalg", _qr_abs,
 register("pinv", "linalg", _pinv_abs,
          lambda a, rcond, hermitian: np.linalg.pinv(a, rcond=rcond, hermitian=hermitian),
          (_pinv_vjp,), flops=lambda node: 14 * _cubic(node), **_marks("ONNX has no pseudo-inverse operator"))
+def _expm_impl(a):
+    import scipy.linalg
+    return scipy.linalg.expm(a)
+
+
+def _expm_vjp(g, out, a):
+    """The adjoint of exp(a) is the Frechet derivative of exp at a^T in the direction g: the
+    upper right block of exp([[a^T, g], [0, a^T]]) (Mathias 1996)."""
+    n = a.shape[-1]
+    at = _T(a)
+    top = concatenate([at, g], axis=-1)
+    bottom = concatenate([broadcast_to(cast(0.0, a.dtype), tuple(a.shape)), at], axis=-1)
+    return bind("expm", concatenate([top, bottom], axis=-2))[..., :n, n:]
+
+
+register("expm", "linalg", lambda a: _square_aval(a, "expm"), _expm_impl, (_expm_vjp,),
+         flops=lambda node: 20 * _cubic(node), **_marks("ONNX has no matrix exponential operator"))
 register("lstsq", "linalg", _lstsq_abs, _lstsq_impl, _lstsq_vjp, multiple=True,
          flops=lambda node: 12 * _cubic(node), **_marks("ONNX has no least-squares operator"))
 
@@ -947,6 +964,209 @@ def norm(x, ord=None, axis=None, keepdims=False):
     raise ValueError(f"Improper number of dimensions to norm.{where()}")
 
 
+# ---- NumPy 2's array-API names, multi_dot, cond ----------------------------------------------------
+@implements(np.linalg.vector_norm)
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    """np.linalg.vector_norm: the vector `ord`-norm over `axis` (None: every element as one
+    vector, whatever x's rank; a tuple: those axes as one vector)."""
+    x = as_operand(x)
+    if not _traced(x):
+        return np.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
+    shape = tuple(shape_of(x))
+    axes = norm_axes(axis, len(shape))
+    if not axes:
+        return norm(reshape(x, shape + (1,)), ord=ord, axis=-1)
+    rest = tuple(i for i in range(len(shape)) if i not in axes)
+    flat = reshape(moveaxis(x, axes, tuple(range(len(rest), len(shape)))),
+                   tuple(shape[i] for i in rest) + (-1,))
+    r = norm(flat, ord=ord, axis=-1)
+    return reshape(r, keepdims_shape(shape, axes)) if keepdims else r
+
+
+@implements(np.linalg.matrix_norm)
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """np.linalg.matrix_norm: the matrix `ord`-norm of the last two axes."""
+    x = as_operand(x)
+    if not _traced(x):
+        return np.linalg.matrix_norm(x, keepdims=keepdims, ord=ord)
+    _stacked_2d(x)
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+@implements(np.linalg.matrix_rank)
+def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+    """np.linalg.matrix_rank: the singular values above the tolerance (NumPy's default
+    S.max() * max(M, N) * eps), counted; an integer, no gradient."""
+    A = as_operand(A)
+    if not _traced(A):
+        return np.linalg.matrix_rank(A, tol=tol, hermitian=hermitian, rtol=rtol)
+    if isinstance(tol, Tensor) or isinstance(rtol, Tensor):
+        raise NotSupportedError(f"np.linalg.matrix_rank with a traced tolerance is not supported{where()}")
+    if len(shape_of(A)) < 2:
+        return sum(cast(not_equal(A, 0), np.int64))
+    A = cast(A, _float_dtype(A))
+    S = svd(A, compute_uv=False, hermitian=hermitian)
+    if tol is None:
+        m, n = shape_of(A)[-2:]
+        r = max(m, n) * np.finfo(S.dtype).eps if rtol is None else rtol
+        tol = multiply(amax(S, axis=-1, keepdims=True), r)
+    else:
+        tol = np.asarray(tol)[..., None]
+    from_s = cast(S > tol, np.int64)
+    return sum(from_s, axis=-1)
+
+
+@implements(np.linalg.svdvals)
+def svdvals(x, /):
+    """np.linalg.svdvals: the singular values of the last two axes, descending."""
+    return svd(x, compute_uv=False)
+
+
+@implements(np.linalg.cond)
+def cond(x, p=None):
+    """np.linalg.cond: the ratio of the largest to the smallest singular value (p None, 2; -2 the
+    inverse), else norm(x, p) * norm(inv(x), p), as NumPy computes them."""
+    x = as_operand(x)
+    if not _traced(x):
+        return np.linalg.cond(x, p)
+    _stacked_2d(x)
+    if p is None or p == 2 or p == -2:
+        s = svd(x, compute_uv=False)
+        return divide(s[..., 0], s[..., -1]) if p != -2 else divide(s[..., -1], s[..., 0])
+    _stacked_square(x)
+    return multiply(norm(x, ord=p, axis=(-2, -1)), norm(inv(x), ord=p, axis=(-2, -1)))
+
+
+def _chain_order(dims):
+    """NumPy's multi_dot order for matrices of shapes (dims[i], dims[i + 1]): the split s[i, j]
+    of every sub-chain minimising the scalar multiplications (Cormen's dynamic programme, with
+    NumPy's tie-breaking, so the products and their rounding are NumPy's)."""
+    n = len(dims) - 1
+    cost = np.zeros((n, n))
+    split = np.empty((n, n), dtype=np.intp)
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i, j] = np.inf
+            for k in range(i, j):
+                q = cost[i, k] + cost[k + 1, j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if q < cost[i, j]:
+                    cost[i, j], split[i, j] = q, k
+    return split
+
+
+@implements(np.linalg.multi_dot)
+def multi_dot(arrays, *, out=None):
+    """np.linalg.multi_dot: the product of two or more arrays in the cheapest order (NumPy's,
+    from the static shapes); a 1-D first array is a row vector, a 1-D last one a column."""
+    arrays = [as_operand(a) for a in arrays]
+    if not _traced(*arrays):
+        return np.linalg.multi_dot(arrays, out=out)
+    if out is not None:
+        raise NotSupportedError(f"np.linalg.multi_dot with out= is not supported{where()}")
+    n = len(arrays)
+    if n < 2:
+        raise ValueError(f"Expecting at least two arrays.{where()}")
+    if n == 2:
+        return dot(arrays[0], arrays[1])
+    first_1d, last_1d = len(shape_of(arrays[0])) == 1, len(shape_of(arrays[-1])) == 1
+    if first_1d:
+        arrays[0] = reshape(arrays[0], (1, -1))
+    if last_1d:
+        arrays[-1] = reshape(arrays[-1], (-1, 1))
+    for a in arrays:
+        if len(shape_of(a)) != 2:
+            raise LinAlgError(f"{len(shape_of(a))}-dimensional array given. Array must be "
+                              f"two-dimensional{where()}")
+    dims = [shape_of(a)[0] for a in arrays] + [shape_of(arrays[-1])[1]]
+    if n == 3:       # NumPy's own rule for three
+        a0, a1b0, b1c0, c1 = dims
+        left = a0 * a1b0 * b1c0 + a0 * b1c0 * c1
+        right = a1b0 * b1c0 * c1 + a0 * a1b0 * c1
+        r = matmul(matmul(arrays[0], arrays[1]), arrays[2]) if left < right else \
+            matmul(arrays[0], matmul(arrays[1], arrays[2]))
+    else:
+        split = _chain_order(dims)
+
+        def chain(i, j):
+            if i == j:
+                return arrays[i]
+            return matmul(chain(i, split[i, j]), chain(split[i, j] + 1, j))
+        r = chain(0, n - 1)
+    if first_1d and last_1d:
+        return reshape(r, ())
+    if first_1d or last_1d:
+        return reshape(r, (-1,))
+    return r
+
+
+@implements(np.linalg.matrix_transpose, np.matrix_transpose)
+def matrix_transpose(x, /):
+    """The last two axes swapped (a view)."""
+    x = as_operand(x)
+    if len(shape_of(x)) < 2:
+        raise ValueError(f"Input array must be at least 2-dimensional, but it is "
+                         f"{len(shape_of(x))}{where()}")
+    return swapaxes(x, -1, -2)
+
+
+@implements(np.linalg.matmul)
+def linalg_matmul(x1, x2, /):
+    return matmul(x1, x2)
+
+
+@implements(np.linalg.outer)
+def linalg_outer(x1, x2, /):
+    """np.linalg.outer: of two 1-D arrays only."""
+    x1, x2 = _operands(x1, x2)
+    if len(shape_of(x1)) != 1 or len(shape_of(x2)) != 1:
+        raise ValueError(f"Input arrays must be one-dimensional, but they are "
+                         f"x1.ndim={len(shape_of(x1))} and x2.ndim={len(shape_of(x2))}.{where()}")
+    return multiply(reshape(x1, (-1, 1)), x2)
+
+
+@implements(np.linalg.vecdot)
+def linalg_vecdot(x1, x2, /, *, axis=-1):
+    """The dot products of x1's and x2's vectors along `axis` (after broadcasting)."""
+    return vecdot(x1, x2, axis=axis)
+
+
+def vecdot(x1, x2, axis=-1, **kw):
+    """np.vecdot of real arrays: sum(x1 * x2) along `axis` after broadcasting."""
+    if kw:
+        raise NotSupportedError(f"np.vecdot with arguments {sorted(kw)} is not supported{where()}")
+    x1, x2 = _operands(x1, x2)
+    if not len(shape_of(x1)) or not len(shape_of(x2)):
+        raise ValueError(f"vecdot: Input operand does not have enough dimensions{where()}")
+    n1, n2 = shape_of(x1)[axis], shape_of(x2)[axis]
+    if n1 != n2:
+        raise ValueError(f"vecdot: Input operand 1 has a mismatch in its core dimension 0, with "
+                         f"gufunc signature (n),(n)->() (size {n2} is different from {n1}){where()}")
+    x1, x2 = moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)
+    return sum(multiply(x1, x2), axis=-1)
+
+
+vecdot.ufunc_kwargs = ("axis",)
+if hasattr(np, "vecdot"):
+    implements(np.vecdot)(vecdot)
+
+
+def _mat_vec(x1, x2, vector_first):
+    x1, x2 = _operands(x1, x2)
+    v, m = (x1, x2) if vector_first else (x2, x1)
+    if len(shape_of(v)) < 1 or len(shape_of(m)) < 2:
+        raise ValueError(f"{'vecmat' if vector_first else 'matvec'}: Input operand does not have "
+                         f"enough dimensions{where()}")
+    if vector_first:
+        return matmul(expand_dims(v, -2), m)[..., 0, :]
+    return matmul(m, expand_dims(v, -1))[..., 0]
+
+
+if hasattr(np, "matvec"):
+    implements(np.matvec)(lambda x1, x2: _mat_vec(x1, x2, False))
+    implements(np.vecmat)(lambda x1, x2: _mat_vec(x1, x2, True))
+
+
 # ---- scipy.linalg --------------------------------------------------------------------------------
 _TRANS = {0: False, 1: True, 2: True, "N": False, "T": True, "C": True}
 
@@ -1013,8 +1233,143 @@ def scipy_cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     return _matrix_rhs(c, b, solve)
 
 
+_SYMMETRIC = ("sym", "her", "pos", "symmetric", "hermitian", "positive definite")
+
+
+def _symmetric_from(a, lower):
+    """The symmetric matrix SciPy's symmetric solvers see in a: its `lower` (or upper) triangle,
+    mirrored; the adjoint lands on that triangle."""
+    keep = _mask(shape_of(a)[-1], bool, 0, upper=not lower)
+    strict = _mask(shape_of(a)[-1], bool, -1, upper=not lower)
+    t = where_(keep, a, 0.0)
+    return add(t, _T(where_(strict, a, 0.0)))
+
+
+def scipy_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
+                assume_a=None, transposed=False):
+    """scipy.linalg.solve: x with a x = b (a^T x = b with `transposed`), a (n, n), b (n,) or (n, k).
+    assume_a 'sym'/'her'/'pos' reads only the triangle `lower` names (as SciPy's solvers do),
+    'upper triangular'/'lower triangular' and 'diagonal' only those entries; the others
+    ('gen', 'general', None, 'banded', 'tridiagonal') the whole matrix. Computed by LU, so
+    results agree with SciPy's Cholesky or LDL^T solves to rounding."""
+    a, b = _operands(a, b)
+    _square_2d(a, None)
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(b, dt)
+    kind = (assume_a or "gen").lower()
+    if transposed:
+        a = _T(a)
+    if kind in ("upper triangular", "lower triangular"):
+        low = kind.startswith("lower")
+        return _matrix_rhs(a, b, lambda rhs: _solve_tri(a, rhs, low))
+    if kind == "diagonal":
+        n = shape_of(a)[-1]
+        d = a[np.arange(n), np.arange(n)]
+        return _matrix_rhs(a, b, lambda rhs: divide(rhs, reshape(d, (-1, 1))))
+    if kind in _SYMMETRIC:
+        a = _symmetric_from(_T(a) if transposed else a, lower)
+    elif kind not in ("gen", "general", "banded", "tridiagonal"):
+        raise ValueError(f"{assume_a!r} is not a recognized matrix structure{where()}")
+    return _matrix_rhs(a, b, lambda rhs: solve(a, rhs))
+
+
+def scipy_inv(a, overwrite_a=False, check_finite=True):
+    """scipy.linalg.inv (np.linalg.inv's computation)."""
+    a = as_operand(a)
+    _square_2d(a, None)
+    return inv(a)
+
+
+def scipy_det(a, overwrite_a=False, check_finite=True):
+    """scipy.linalg.det (np.linalg.det's computation; float64 for float32 a, as SciPy's)."""
+    a = as_operand(a)
+    _stacked_square(a)
+    return det(cast(a, np.promote_types(a.dtype, np.float64)))
+
+
+def scipy_eigh(a, b=None, *, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False,
+               type=1, check_finite=True, subset_by_index=None, subset_by_value=None, driver=None):
+    """scipy.linalg.eigh of one symmetric matrix (reading the `lower` triangle): eigenvalues
+    ascending, and eigenvectors unless eigvals_only. The generalized problem (b) and subsets
+    are not supported."""
+    if b is not None or subset_by_index is not None or subset_by_value is not None:
+        raise NotSupportedError(f"scipy.linalg.eigh with b, subset_by_index or subset_by_value is not "
+                                f"supported on traced values{where()}")
+    w, v = eigh(a, "L" if lower else "U")
+    return w if eigvals_only else (w, v)
+
+
+def scipy_eigvalsh(a, b=None, *, lower=True, overwrite_a=False, overwrite_b=False, type=1,
+                   check_finite=True, subset_by_index=None, subset_by_value=None, driver=None):
+    """scipy.linalg.eigvalsh: the eigenvalues of scipy_eigh."""
+    return scipy_eigh(a, b, lower=lower, eigvals_only=True, subset_by_index=subset_by_index,
+                      subset_by_value=subset_by_value)
+
+
+def scipy_svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
+              lapack_driver="gesdd"):
+    """scipy.linalg.svd: (U, s, Vh), or s alone without compute_uv."""
+    a = as_operand(a)
+    _stacked_2d(a)
+    r = svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    return tuple(r) if compute_uv else r
+
+
+def scipy_svdvals(a, overwrite_a=False, check_finite=True):
+    return scipy_svd(a, compute_uv=False)
+
+
+def scipy_qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True):
+    """scipy.linalg.qr: mode 'full' (Q of shape (M, M)), 'economic' ((M, K)) or 'r' (the tuple
+    (R,), as SciPy returns it); pivoting and 'raw' are not supported."""
+    if pivoting or mode == "raw":
+        raise NotSupportedError(f"scipy.linalg.qr with pivoting or mode='raw' is not supported on "
+                                f"traced values{where()}")
+    modes = {"full": "complete", "economic": "reduced", "r": "complete"}
+    if mode not in modes:
+        raise ValueError(f"Mode argument should be one of ['full', 'r', 'economic', 'raw']{where()}")
+    a = as_operand(a)
+    _stacked_2d(a)
+    q, r = qr(a, modes[mode])
+    return (r,) if mode == "r" else (q, r)
+
+
+def scipy_pinv(a, *, atol=None, rtol=None, return_rank=False, check_finite=True):
+    """scipy.linalg.pinv with a relative cutoff (rtol; SciPy's default max(M, N) * eps); an
+    absolute cutoff (atol) and return_rank are not supported on traced values."""
+    if atol is not None and atol != 0 or return_rank:
+        raise NotSupportedError(f"scipy.linalg.pinv with atol or return_rank is not supported on "
+                                f"traced values{where()}")
+    a = as_operand(a)
+    _stacked_2d(a)
+    return pinv(a, rtol=rtol)
+
+
+def scipy_lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True,
+                lapack_driver=None):
+    """scipy.linalg.lstsq: (x, residues, rank, s), by np.linalg.lstsq's SVD solve (cond as its
+    rcond). The residues follow NumPy's convention (empty where m <= n)."""
+    return lstsq(a, b, rcond=cond)
+
+
+def scipy_expm(A):
+    """scipy.linalg.expm of a (stack of) square matrices: scaling and squaring with the [13/13]
+    Pade approximant (SciPy picks the degree by the norm; results agree to rounding). Its
+    gradient is the Frechet derivative, through the exponential of a block matrix twice a's size."""
+    A = as_operand(A)
+    _stacked_square(A)
+    return bind("expm", cast(A, _float_dtype(A)))
+
+
+def scipy_norm(a, ord=None, axis=None, keepdims=False, check_finite=True):
+    return norm(a, ord=ord, axis=axis, keepdims=keepdims)
+
+
 SCIPY_FUNCTIONS = {"solve_triangular": scipy_solve_triangular, "cholesky": scipy_cholesky,
-                   "cho_factor": scipy_cho_factor, "cho_solve": scipy_cho_solve}
+                   "cho_factor": scipy_cho_factor, "cho_solve": scipy_cho_solve,
+                   "solve": scipy_solve, "inv": scipy_inv, "det": scipy_det, "eigh": scipy_eigh,
+                   "eigvalsh": scipy_eigvalsh, "svd": scipy_svd, "svdvals": scipy_svdvals,
+                   "qr": scipy_qr, "pinv": scipy_pinv, "lstsq": scipy_lstsq, "norm": scipy_norm, "expm": scipy_expm}
 
 
 def install_scipy():

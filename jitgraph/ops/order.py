@@ -38,13 +38,13 @@ from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, keepdims_shape, no_out,
                          norm_axes, norm_axis, reshape, result_dtype, shape_of, transpose)
 from .contract import diagonal
-from .elementwise import (add, clip, divide, equal, less, less_equal, logical_and, logical_not, logical_or, maximum,
-                          minimum, multiply, not_equal, sqrt, subtract, to_bool, where_)
+from .elementwise import (add, clip, divide, equal, floor, floor_divide, less, less_equal, logical_and, logical_not,
+                          logical_or, maximum, minimum, multiply, not_equal, sqrt, subtract, to_bool, where_)
 from .index import take as _index_take
 from .reduce import amax, amin, mean, prod, sum as _sum, var as _var
 from .registry import ZERO_GRADIENT, implements, register
 from .products import matmul
-from .shape import concatenate, expand_dims, moveaxis, ravel, squeeze
+from .shape import concatenate, expand_dims, moveaxis, ravel, squeeze, stack
 
 INDEX = np.dtype(np.intp)      # NumPy's index dtype (int64)
 
@@ -284,6 +284,39 @@ def cumsum(a, axis=None, dtype=None, out=None):
 def cumprod(a, axis=None, dtype=None, out=None):
     """np.cumprod: running products along `axis`; its gradient is exact where a has zeros."""
     return _cumulative("cumprod", a, axis, dtype, out, "np.cumprod")
+
+
+def _cumulative_include(op, x, axis, dtype, out, include_initial, name):
+    """NumPy 2.1's np.cumulative_sum / np.cumulative_prod: axis may be omitted only for 1-D x;
+    include_initial puts the identity first."""
+    no_out(out, name)
+    x = as_operand(x)
+    if not isinstance(x, Tensor):
+        return getattr(np, name[3:])(x, axis=axis, dtype=dtype, include_initial=include_initial)
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError(f"For arrays which have more than one dimension ``axis`` argument is "
+                             f"required.{where()}")
+        axis = 0
+    r = _cumulative(op, x, axis, dtype, None, "np." + op)
+    if not include_initial:
+        return r
+    ax = norm_axis(axis, r.ndim)
+    first = list(shape_of(r))
+    first[ax] = 1
+    return concatenate([np.full(tuple(first), 0 if op == "cumsum" else 1, dtype=r.dtype), r], axis=ax)
+
+
+if hasattr(np, "cumulative_sum"):
+    @implements(np.cumulative_sum)
+    def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        """np.cumulative_sum: running sums along `axis`, optionally starting with 0."""
+        return _cumulative_include("cumsum", x, axis, dtype, out, include_initial, "np.cumulative_sum")
+
+    @implements(np.cumulative_prod)
+    def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        """np.cumulative_prod: running products along `axis`, optionally starting with 1."""
+        return _cumulative_include("cumprod", x, axis, dtype, out, include_initial, "np.cumulative_prod")
 
 
 @implements(np.diff)
@@ -759,8 +792,14 @@ def _pick(sorted_x, idx):
     return _index_take(sorted_x, idx, 0)
 
 
-def _quantile(a, q, axis, keepdims, weak_q, name):
-    """NumPy's _quantile with method "linear", for concrete q in [0, 1]."""
+# NumPy's discontinuous methods on (n - 1) q: an order statistic, or the midpoint of two
+_DISCRETE = {"lower": np.floor, "higher": np.ceil, "nearest": np.around}
+QUANTILE_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def _quantile(a, q, axis, keepdims, weak_q, name, method="linear"):
+    """NumPy's _quantile with method "linear" (or one of `QUANTILE_METHODS`), for concrete q in
+    [0, 1]."""
     if q.ndim > 2:
         raise ValueError("q must be a scalar or 1d")
     x, ax, axes = _reduce_layout(a, axis)
@@ -770,11 +809,15 @@ def _quantile(a, q, axis, keepdims, weak_q, name):
         raise IndexError("index -1 is out of bounds for axis 0 with size 0")
     part = _sorted(arr, 0)
     vi = np.asanyarray((n - 1) * q)
-    if vi.dtype.kind in "iub":       # integral q: the order statistics themselves
+    if method in _DISCRETE:
+        r = _pick(part, np.clip(np.asanyarray(_DISCRETE[method](vi)), 0, n - 1).astype(INDEX))
+    elif vi.dtype.kind in "iub":       # integral q: the order statistics themselves
         r = _pick(part, vi.astype(INDEX))
     else:
         prev, nxt = _neighbours(vi, n)
         gamma = np.asanyarray(vi - prev, dtype=vi.dtype)
+        if method == "midpoint":
+            gamma = np.where(gamma % 1 == 0, 0.0, 0.5).astype(vi.dtype)
         if weak_q:
             gamma = float(gamma)
         else:
@@ -800,17 +843,101 @@ def _quantile_front(a, q, axis, out, method, keepdims, weights, interpolation, n
                                 f"'inverted_cdf' takes weights){where()}")
     if interpolation is not None:
         method = interpolation
-    if method != "linear":
-        raise NotSupportedError(f"{name}(..., method={method!r}) is not supported; method='linear' "
-                                f"is{where()}")
+    if method not in QUANTILE_METHODS:
+        raise NotSupportedError(f"{name}(..., method={method!r}) is not supported; the methods "
+                                f"{', '.join(QUANTILE_METHODS)} are{where()}")
     weak_q = type(q) in (int, float)
-    if name == "np.percentile":
+    if name in ("np.percentile", "np.nanpercentile"):
         q = np.true_divide(q, 100, out=...)
     q = np.asanyarray(q)
     if not (q.size == 0 or (q.min() >= 0 and q.max() <= 1)):
-        raise ValueError("Percentiles must be in the range [0, 100]" if name == "np.percentile"
+        raise ValueError("Percentiles must be in the range [0, 100]" if "percentile" in name
                          else "Quantiles must be in the range [0, 1]")
-    return _quantile(as_operand(a), q, axis, keepdims, weak_q, name)
+    a = as_operand(a)
+    if name.startswith("np.nan") and a.dtype.kind == "f":
+        if method != "linear":
+            raise NotSupportedError(f"{name}(..., method={method!r}) is not supported; "
+                                    f"method='linear' is{where()}")
+        return _nan_quantile(a, q, axis, keepdims, weak_q)
+    return _quantile(a, q, axis, keepdims, weak_q, name, method)
+
+
+def _nan_order_statistic(part, k):
+    """part[..., k] for traced integer positions k of shape (..., 1)."""
+    return reshape(_take_along(part, k, part.ndim - 1), shape_of(part)[:-1])
+
+
+def _nan_quantile(a, q, axis, keepdims, weak_q):
+    """NumPy's nanquantile (linear): each slice's quantile of its values that are not NaN, whose
+    count, and so the order statistics read, is known only when the function runs (gathers at
+    traced positions); NaN for a slice of NaNs alone."""
+    if q.ndim > 2:
+        raise ValueError("q must be a scalar or 1d")
+    x, ax, axes = _reduce_layout(a, axis)
+    arr = moveaxis(x, ax, -1)
+    if shape_of(arr)[-1] == 0:
+        raise IndexError("index -1 is out of bounds for axis 0 with size 0")
+    part = _sorted(arr, arr.ndim - 1)                 # NaN last
+    count = _sum(cast(logical_not(_isnan(arr)), INDEX), axis=-1, keepdims=True)
+    last = maximum(subtract(count, 1), 0)
+    # NumPy's interpolation weights have q's dtype (a weak Python q: a's)
+    gamma_dtype = a.dtype if weak_q else (q.dtype if q.dtype.kind == "f" else np.dtype(np.float64))
+    results = []
+    for qv in q.reshape(-1):
+        vi = multiply(cast(subtract(count, 1), np.float64), float(qv))
+        prev = floor(vi)
+        gamma = cast(subtract(vi, prev), gamma_dtype)
+        lo_k = minimum(maximum(cast(prev, INDEX), 0), last)
+        hi_k = minimum(add(lo_k, 1), last)
+        lo, hi = _nan_order_statistic(part, lo_k), _nan_order_statistic(part, hi_k)
+        r = _lerp(lo, hi, reshape(gamma, shape_of(lo)))
+        results.append(where_(equal(reshape(count, shape_of(lo)), 0), np.nan, r))
+    r = results[0] if q.ndim == 0 else reshape(stack(results, axis=0), q.shape + tuple(shape_of(results[0])))
+    if keepdims:
+        return _keep(r, a.shape, axes, lead=q.shape)
+    return r
+
+
+@implements(np.nanpercentile)
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=np._NoValue,
+                  *, weights=None, interpolation=None):
+    """np.nanpercentile (linear interpolation): the percentiles of each slice's non-NaN values."""
+    if not _traced(a):
+        return np.nanpercentile(a, q, axis=axis, method=method, keepdims=_kd(keepdims))
+    return _quantile_front(a, q, axis, out, method, _kd(keepdims), weights, interpolation, "np.nanpercentile")
+
+
+@implements(np.nanquantile)
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=np._NoValue,
+                *, weights=None, interpolation=None):
+    """np.nanquantile (linear interpolation): the quantiles of each slice's non-NaN values."""
+    if not _traced(a):
+        return np.nanquantile(a, q, axis=axis, method=method, keepdims=_kd(keepdims))
+    return _quantile_front(a, q, axis, out, method, _kd(keepdims), weights, interpolation, "np.nanquantile")
+
+
+@implements(np.nanmedian)
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=np._NoValue):
+    """np.nanmedian: the median of each slice's non-NaN values (the mean of the two middle ones
+    for an even count); NaN for a slice of NaNs alone."""
+    no_out(out, "np.nanmedian")
+    if not _traced(a):
+        return np.nanmedian(a, axis=axis, keepdims=_kd(keepdims))
+    a = as_operand(a)
+    if a.dtype.kind != "f":
+        return median(a, axis=axis, keepdims=_kd(keepdims))
+    x, ax, axes = _reduce_layout(a, axis)
+    arr = moveaxis(x, ax, -1)
+    if shape_of(arr)[-1] == 0:
+        return median(a, axis=axis, keepdims=_kd(keepdims))
+    part = _sorted(arr, arr.ndim - 1)
+    count = _sum(cast(logical_not(_isnan(arr)), INDEX), axis=-1, keepdims=True)
+    lo_k = maximum(floor_divide(subtract(count, 1), 2), 0)
+    hi_k = minimum(floor_divide(count, 2), maximum(subtract(count, 1), 0))
+    lo, hi = _nan_order_statistic(part, lo_k), _nan_order_statistic(part, hi_k)
+    r = divide(add(lo, hi), 2.0)
+    r = where_(equal(reshape(count, shape_of(r)), 0), np.nan, r)
+    return _keep(r, a.shape, axes) if _kd(keepdims) else r
 
 
 @implements(np.percentile)

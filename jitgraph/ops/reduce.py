@@ -11,10 +11,11 @@ import numpy as np
 
 from ..core import Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import (as_operand, broadcast_to, cast, keepdims_shape, no_out, norm_axes, reshape,
-                         shape_of)
-from .elementwise import (add, divide, equal, exp, log, maximum, minimum, multiply, subtract, sqrt, stop_gradient,
-                          where_)
+from ..numpy_api import (UFUNC_REDUCE, as_operand, broadcast_to, cast, keepdims_shape, no_out, norm_axes,
+                         reshape, shape_of)
+from .elementwise import (absolute, add, divide, equal, exp, exp2, isfinite, log, log2, logaddexp, logaddexp2,
+                          maximum, minimum, multiply, not_equal, subtract, sqrt, stop_gradient, where_)
+from .elementwise import hypot as _hypot
 from .registry import implements, register
 
 
@@ -230,3 +231,71 @@ def softmax(x, axis=-1):
 def log_softmax(x, axis=-1):
     """x - logsumexp(x, axis), computed stably."""
     return subtract(x, logsumexp(x, axis=axis, keepdims=True))
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """The number of nonzero elements along `axis` (an int64 count; no gradient)."""
+    a = as_operand(a)
+    if not isinstance(a, Tensor):
+        return np.count_nonzero(a, axis=axis, keepdims=keepdims)
+    nz = a if a.dtype == bool else not_equal(a, 0)
+    return reduce("reduce_sum", cast(nz, np.int64), axis, keepdims)
+
+
+# ---- ufunc.reduce of logaddexp, logaddexp2, hypot --------------------------------------------------
+def _ufunc_reduce(x, axis, dtype, out, keepdims, initial, mask, name, identity, combine, body):
+    """`body(x, axes)` (keepdims) with ufunc.reduce's arguments: `where=` leaves elements out as
+    the identity, `initial` is combined with the result."""
+    no_out(out, f"np.{name}.reduce")
+    x = as_operand(x)
+    dt = np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else np.dtype(np.float64))
+    x = cast(x, dt)
+    if mask is not None:
+        x = where_(broadcast_to(as_operand(mask), shape_of(x)), x, identity)
+    axes = norm_axes(axis, len(shape_of(x)))
+    r = body(x, axes)
+    if not keepdims:
+        r = reshape(r, [d for i, d in enumerate(shape_of(x)) if i not in axes])
+    if initial is not None:
+        if isinstance(initial, Tensor):
+            raise NotSupportedError(f"np.{name}.reduce(..., initial=) takes a value known when "
+                                    f"tracing{where()}")
+        r = combine(r, np.asarray(initial, dt))
+    return r
+
+
+def _log_sum_exp(base2):
+    def body(x, axes):
+        # the largest element is subtracted first (its gradient cancels, so none flows through it);
+        # an infinite or NaN maximum is left to the sum, which then gives inf, -inf or NaN as
+        # the sequential logaddexp does
+        m = stop_gradient(reduce("reduce_max", x, axes, True)) if axes else x
+        m = where_(isfinite(m), m, 0.0)
+        d = subtract(x, m)
+        s = reduce("reduce_sum", exp2(d) if base2 else exp(d), axes, True)
+        return add(log2(s) if base2 else log(s), m)
+    return body
+
+
+def _hypot_body(x, axes):
+    # scaled by the largest magnitude, so no square over- or underflows
+    m = stop_gradient(reduce("reduce_max", absolute(x), axes, True)) if axes else absolute(x)
+    safe = where_(isfinite(m) & not_equal(m, 0.0), m, 1.0)
+    q = divide(x, safe)
+    s = reduce("reduce_sum", multiply(q, q), axes, True)
+    zero = equal(s, 0.0)
+    return multiply(safe, where_(zero, 0.0, sqrt(where_(zero, 1.0, s))))
+
+
+def _reducer(name, identity, combine, body):
+    def reducer(x, axis=0, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        return _ufunc_reduce(x, axis, dtype, out, keepdims, initial, where, name, identity, combine, body)
+    reducer.__name__ = reducer.__qualname__ = f"{name}_reduce"
+    return reducer
+
+
+# (to rounding: NumPy combines the elements one after another)
+UFUNC_REDUCE[np.logaddexp] = _reducer("logaddexp", -np.inf, logaddexp, _log_sum_exp(False))
+UFUNC_REDUCE[np.logaddexp2] = _reducer("logaddexp2", -np.inf, logaddexp2, _log_sum_exp(True))
+UFUNC_REDUCE[np.hypot] = _reducer("hypot", 0.0, _hypot, _hypot_body)

@@ -73,9 +73,11 @@ FUNCTIONS = {
     "copysign": Fn("copysign", "copysign", None, 2),
     "fmod": Fn("fmod", "fmod", None, 2),
     "floordiv": Fn("floor_divide", "floordiv", None, 2),     # a // b of floats (NumPy's)
+    "cbrt": Fn("cbrt", "cbrt"),
     "erf": Fn(None, "erf", "Erf", scipy="erf"),
     "erfc": Fn(None, "erfc", scipy="erfc"),
     "lgamma": Fn(None, "lgamma", scipy="gammaln"),     # log |Gamma(x)|
+    "gamma": Fn(None, "gamma", scipy="gamma"),        # Gamma(x): Python's raises at poles and on overflow
     # SciPy's special functions (codegen/mathlib.py)
     "erfinv": Fn(None, "erfinv", scipy="erfinv"),
     "ndtr": Fn(None, "ndtr", scipy="ndtr"),

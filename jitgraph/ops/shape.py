@@ -177,9 +177,29 @@ def _transposed_view(x, perm):
 def reshape(x, shape=None, order="C", **kw):
     if "newshape" in kw:
         shape = kw.pop("newshape")
-    if order != "C" or kw:
+    if kw or order not in ("C", "F"):
         raise NotSupportedError(f"reshape with order={order!r} is not supported{where()}")
-    return _reshaped_view(as_operand(x), shape)
+    x = as_operand(x)
+    if order == "F" and isinstance(x, Tensor):
+        # Fortran order: the reversed axes reshaped in C order, reversed back; a new array (NumPy
+        # copies too, unless x is also Fortran-contiguous), not a view of x
+        nd = len(shape_of(x))
+        flipped = reshape(transpose_(x, tuple(reversed(range(nd)))), _shape_arg(shape, x)[::-1])
+        r = transpose_(flipped, tuple(reversed(range(len(shape_of(flipped))))))
+        return r.rebind(r.node)
+    if order == "F":
+        return np.reshape(x, shape, order="F")
+    return _reshaped_view(x, shape)
+
+
+def _shape_arg(shape, x):
+    """`shape` as a tuple with its -1 resolved for x's size."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    if -1 in shape:
+        size = int(np.prod(shape_of(x), dtype=np.int64))
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        shape = tuple(size // known if known and d == -1 else d for d in shape)
+    return shape
 
 
 @implements(np.ravel, view=True)

@@ -4,8 +4,10 @@ The functions of `scipy.special` that are NumPy ufuncs (`expit`, `erf`, `gammaln
 reach jitgraph through `__array_ufunc__` like NumPy's own: each is one elementwise
 primitive here, with its scalar expression (the special functions Numba's math lacks
 come from `codegen/mathlib.py`, on the CPU and, compiled from the same source, on the
-GPU), its SciPy reference implementation and its derivative. Ufuncs of scipy.special
-without an implementation here are refused by name.
+GPU; ndtri, erfcx and exprel are expressions of the scalar language itself), its SciPy
+reference implementation and its derivative. A few (kl_div, rel_entr, the Huber losses,
+the Box-Cox transforms) are composites of primitives, evaluated in float64 as SciPy's
+loops are. Ufuncs of scipy.special without an implementation here are refused by name.
 
 `logsumexp`, `softmax`, `log_softmax` and `polygamma` are Python functions that convert
 their arguments with NumPy; `install()` replaces them in the `scipy.special` module by
@@ -30,6 +32,7 @@ from .registry import UFUNCS, implements
 LOG_SQRT_2PI = 0.9189385332046728      # log(sqrt(2 pi))
 TWO_SQRT_PI = 1.1283791670955126       # 2 / sqrt(pi)
 SQRT_PI_2 = 0.886226925452758          # sqrt(pi) / 2
+SQRT_2PI = 2.5066282746310002          # sqrt(2 pi)
 
 
 def _no_gradient(fn, arg):
@@ -70,6 +73,21 @@ def _safe(cond, x, fill):
     return ew.where_(cond, x, fill)
 
 
+def _composite(ufunc, formula, *xs):
+    """A scipy.special ufunc written as a composite `formula(*xs)`: evaluated in float64 (as
+    SciPy's float32 loops are) and rounded once to the dtype of SciPy's loop for xs (`loop_dtype`)."""
+    dt = loop_dtype(ufunc, xs)
+    return cast(formula(*[cast(as_operand(x), np.float64) for x in xs]), dt)
+
+
+def _horner(coefs, t):
+    """c[0] + t (c[1] + t (c[2] + ...)) as scalar-language text (t: the text of an operand)."""
+    text = repr(float(coefs[-1]))
+    for c in reversed(coefs[:-1]):
+        text = f"{float(c)!r} + {t} * ({text})"
+    return f"({text})"
+
+
 # ---- the logistic function and its inverse -----------------------------------------------------------
 expit = _special_prim("expit", 1, "1.0 / (1.0 + exp(-{0}))", (lambda g, out, x: g * out * (1.0 - out),),
                       export_expr="1.0 / (1.0 + exp(-{0}))")
@@ -105,10 +123,65 @@ ndtr = _special_prim("ndtr", 1, "ndtr({0})",
 log_ndtr = _special_prim("log_ndtr", 1, "log_ndtr({0})",
                          (lambda g, out, x: g * ew.exp(-0.5 * (x * x) - LOG_SQRT_2PI - out),))
 
+# ndtri: Wichura's algorithm AS 241 (PPND16, 1e-16 relative): a rational function of q = p - 1/2
+# for |q| <= 0.425, else of r = sqrt(-log(min(p, 1 - p))), one for r <= 5 and one beyond
+_AS241 = (
+    (3.3871328727963666080e0, 1.3314166789178437745e+2, 1.9715909503065514427e+3, 1.3731693765509461125e+4,
+     4.5921953931549871457e+4, 6.7265770927008700853e+4, 3.3430575583588128105e+4, 2.5090809287301226727e+3),
+    (1.0, 4.2313330701600911252e+1, 6.8718700749205790830e+2, 5.3941960214247511077e+3,
+     2.1213794301586595867e+4, 3.9307895800092710610e+4, 2.8729085735721942674e+4, 5.2264952788528545610e+3),
+    (1.42343711074968357734e0, 4.63033784615654529590e0, 5.76949722146069140550e0, 3.64784832476320460504e0,
+     1.27045825245236838258e0, 2.41780725177450611770e-1, 2.27238449892691845833e-2, 7.74545014278341407640e-4),
+    (1.0, 2.05319162663775882187e0, 1.67638483018380384940e0, 6.89767334985100004550e-1,
+     1.48103976427480074590e-1, 1.51986665636164571966e-2, 5.47593808499534494600e-4, 1.05075007164441684324e-9),
+    (6.65790464350110377720e0, 5.46378491116411436990e0, 1.78482653991729133580e0, 2.96560571828504891230e-1,
+     2.65321895265761230930e-2, 1.24266094738807843860e-3, 2.71155556874348757815e-5, 2.01033439929228813265e-7),
+    (1.0, 5.99832206555887937690e-1, 1.36929880922735805310e-1, 1.48753612908506148525e-2,
+     7.86869131145613259100e-4, 1.84631831751005468180e-5, 1.42151175831644588870e-7, 2.04426310338993978564e-15))
+
+
+def _ndtri_expr():
+    a, b, c, d, e, f = _AS241
+    q = "(P - 0.5)"
+    rc = f"(0.180625 - {q} * {q})"
+    r = "sqrt(-log(P if P < 0.5 else 1.0 - P))"
+    near, far = f"({r} - 1.6)", f"({r} - 5.0)"
+    tail = f"({_horner(c, near)} / {_horner(d, near)} if {r} <= 5.0 else {_horner(e, far)} / {_horner(f, far)})"
+    body = (f"{q} * {_horner(a, rc)} / {_horner(b, rc)} if abs({q}) <= 0.425 else "
+            f"(1.0 if P > 0.5 else -1.0) * {tail}")
+    return f"-1e999 if P == 0.0 else (1e999 if P == 1.0 else ({body}))".replace("P", "{0}")
+
+
+_NDTRI = _ndtri_expr()
+ndtri = _special_prim("ndtri", 1, _NDTRI, (lambda g, out, p: g * (SQRT_2PI * ew.exp(0.5 * (out * out))),),
+                      export_expr=_NDTRI)
+
+
+def _erfcx_expr():
+    # exp(x^2) erfc(x) below 9, else the asymptotic series 1/(x sqrt(pi)) sum_k (-1)^k (2k-1)!! /
+    # (2x^2)^k, whose 15 terms reach 1.5e-16 at x = 9. In float64 for float32 too (x^2's rounding
+    # costs 2e-14 at most there); the CPU rounds exp's result to the program's dtype, and exp(81)
+    # is a float32.
+    x = "float64({0})"
+    coefs = [1.0]
+    for k in range(1, 15):
+        coefs.append(-coefs[-1] * (2 * k - 1))
+    series = f"0.5641895835477563 / {x} * {_horner(coefs, f'(0.5 / ({x} * {x}))')}"
+    return f"T(exp({x} * {x}) * erfc({x}) if {x} < 9.0 else {series})"
+
+
+erfcx = _special_prim("erfcx", 1, _erfcx_expr(), (lambda g, out, x: g * (2.0 * x * out - TWO_SQRT_PI),),
+                      onnx="ONNX has no erfc (an Erf formula loses every digit for x > 0)")
+
 
 # ---- gamma and beta functions -------------------------------------------------------------------------
 gammaln = _special_prim("gammaln", 1, "lgamma({0})", (lambda g, out, x: g * digamma(x),))
 digamma = _special_prim("digamma", 1, "digamma({0})", (lambda g, out, x: g * _polygamma(1, x),))
+# NaN at the poles (non-positive integers, -inf), 1/x near 0 (+-inf at +-0), inf beyond the
+# largest finite value (Python's math.gamma raises at each of these; SciPy's edges)
+gamma = _special_prim("gamma", 1, "(1e999 - 1e999) if ({0} < 0.0) & ({0} == floor({0})) else (1.0 / {0} "
+                      "if abs({0}) < 1e-20 else (1e999 if {0} >= 171.6243769563027 else gamma({0})))",
+                      (lambda g, out, x: g * out * digamma(x),))
 betaln = _special_prim("betaln", 2, "betaln({0}, {1})", (
     lambda g, out, a, b: g * (digamma(a) - digamma(a + b)),
     lambda g, out, a, b: g * (digamma(b) - digamma(a + b))))
@@ -189,6 +262,165 @@ entr = _special_prim("entr", 1, "-({0} * log({0})) if {0} > 0 else (0.0 if {0} =
                      "({0} if {0} != {0} else -1e999))", (_entr_grad,),
                      export_expr="-({0} * log({0})) if {0} > 0 else (0.0 if {0} == 0 else "
                      "({0} if {0} != {0} else -1e999))")
+
+
+def _entropy_edges(x, y, ok, value, at_zero):
+    """SciPy's kl_div/rel_entr: `value` where x, y > 0, `at_zero` where x = 0 <= y, inf elsewhere,
+    NaN where x or y is NaN."""
+    out = ew.where_(ok, value, ew.where_((x == 0.0) & (y >= 0.0), at_zero, np.inf))
+    return ew.where_(ew.isnan(x) | ew.isnan(y), np.nan, out)
+
+
+def _kl_div(x, y):
+    ok = (x > 0.0) & (y > 0.0)
+    xs, ys = _safe(ok, x, 1.0), _safe(ok, y, 1.0)
+    return _entropy_edges(x, y, ok, xs * ew.log(xs / ys) - xs + ys, y)
+
+
+@implements(sc.kl_div)
+def kl_div(x, y):
+    """scipy.special.kl_div: x log(x / y) - x + y for x, y > 0, y where x = 0 <= y, else inf."""
+    return _composite(sc.kl_div, _kl_div, x, y)
+
+
+def _rel_entr(x, y):
+    ok = (x > 0.0) & (y > 0.0)
+    xs, ys = _safe(ok, x, 1.0), _safe(ok, y, 1.0)
+    ratio = xs / ys
+    near = ok & (ratio > 0.5) & (ratio < 2.0)
+    normal = ok & (ratio > 2.2250738585072014e-308) & (ratio < np.inf)
+    xn, yn = _safe(normal, x, 1.0), _safe(normal, y, 1.0)
+    log_ratio = ew.where_(near, ew.log1p(_safe(near, (xn - yn) / yn, 0.0)),
+                          ew.where_(normal, ew.log(xn / yn), ew.log(xs) - ew.log(ys)))
+    return _entropy_edges(x, y, ok, xs * log_ratio, 0.0)
+
+
+@implements(sc.rel_entr)
+def rel_entr(x, y):
+    """scipy.special.rel_entr: x log(x / y) for x, y > 0, 0 where x = 0 <= y, else inf. As SciPy:
+    log1p((x - y) / y) for x / y in (1/2, 2), log(x) - log(y) where x / y is not a normal float."""
+    return _composite(sc.rel_entr, _rel_entr, x, y)
+
+
+# ---- exponentials and logarithms ----------------------------------------------------------------------
+@implements(sc.log1p)
+def log1p(x):
+    """scipy.special.log1p: NumPy's, in SciPy's loop dtype (float64 for integers)."""
+    return ew.log1p(cast(as_operand(x), loop_dtype(sc.log1p, (x,))))
+
+
+@implements(sc.expm1)
+def expm1(x):
+    """scipy.special.expm1: NumPy's, in SciPy's loop dtype (float64 for integers)."""
+    return ew.expm1(cast(as_operand(x), loop_dtype(sc.expm1, (x,))))
+
+
+def _exprel_grad(g, out, x):
+    # (exp(x) - exprel(x)) / x, by its Taylor series near 0 where the difference cancels
+    small = ew.absolute(x) < 0.01
+    series = 0.5 + x * (1.0 / 3 + x * (0.125 + x * (1.0 / 30 + x * (1.0 / 144 + x * (1.0 / 840)))))
+    safe = _safe(small, 1.0, x)
+    return g * ew.where_(small, series, (ew.exp(safe) - out) / safe)
+
+
+# SciPy's: 1 for |x| < 1e-16, inf where expm1 overflows; e^x / x from x = 40 on as the product of
+# two halves, in float64 (float32 results are finite up to 93.4, e^x up to 88.7)
+exprel = _special_prim("exprel", 1, "1.0 if abs({0}) < 1e-16 else (1e999 if {0} > 709.782712893384 else "
+                       "(expm1({0}) / {0} if {0} < 40.0 else "
+                       "T(float64(exp(0.5 * {0})) * float64(exp(0.5 * {0})) / float64({0}))))",
+                       (_exprel_grad,), onnx="ONNX has no expm1 (exp(x) - 1 loses every digit near 0)")
+
+
+# ---- Huber losses ---------------------------------------------------------------------------------------
+def _huber(delta, r):
+    a = ew.absolute(r)
+    return ew.where_(delta < 0.0, np.inf, ew.where_(a <= delta, 0.5 * (r * r), delta * (a - 0.5 * delta)))
+
+
+@implements(sc.huber)
+def huber(delta, r):
+    """scipy.special.huber: r^2 / 2 for |r| <= delta, delta (|r| - delta / 2) beyond; inf for
+    delta < 0."""
+    return _composite(sc.huber, _huber, delta, r)
+
+
+def _pseudo_huber(delta, r):
+    ok = (delta != 0.0) & (r != 0.0)
+    d = _safe(ok, delta, 1.0)
+    v = r / d
+    value = d * d * ew.expm1(0.5 * ew.log1p(v * v))
+    return ew.where_(delta < 0.0, np.inf, ew.where_(ok, value, 0.0))
+
+
+@implements(sc.pseudo_huber)
+def pseudo_huber(delta, r):
+    """scipy.special.pseudo_huber: delta^2 (sqrt(1 + (r / delta)^2) - 1), as SciPy computes it
+    (expm1(log1p(v^2) / 2)); 0 where delta or r is 0, inf for delta < 0."""
+    return _composite(sc.pseudo_huber, _pseudo_huber, delta, r)
+
+
+# ---- Box-Cox transforms ---------------------------------------------------------------------------------
+def _box_cox_of_log(lx, lmbda, plain):
+    """(exp(lmbda lx) - 1) / lmbda of lx = log(x) or log1p(x), as SciPy computes it: lx where
+    `plain`, expm1(lmbda lx) / lmbda while lmbda lx < 709.78, sign(lmbda) exp(lmbda lx -
+    log|lmbda|) - 1 / lmbda above."""
+    lm = _safe(plain, 1.0, lmbda)
+    t = lm * lx
+    big = t >= 709.78
+    huge = ew.sign(lm) * ew.exp(_safe(big, t, 0.0) - ew.log(ew.absolute(lm))) - 1.0 / lm
+    return ew.where_(plain, lx, ew.where_(big, huge, ew.expm1(_safe(big, 0.0, t)) / lm))
+
+
+def _boxcox(x, lmbda):
+    return _box_cox_of_log(ew.log(x), lmbda, ew.absolute(lmbda) < 1e-19)
+
+
+@implements(sc.boxcox)
+def boxcox(x, lmbda):
+    """scipy.special.boxcox: (x^lmbda - 1) / lmbda, log(x) for |lmbda| < 1e-19."""
+    return _composite(sc.boxcox, _boxcox, x, lmbda)
+
+
+def _boxcox1p(x, lmbda):
+    lx = ew.log1p(x)
+    al = ew.absolute(lmbda)
+    return _box_cox_of_log(lx, lmbda, (al < 1e-19) | ((ew.absolute(lx) < 1e-289) & (al < 1e273)))
+
+
+@implements(sc.boxcox1p)
+def boxcox1p(x, lmbda):
+    """scipy.special.boxcox1p: ((1 + x)^lmbda - 1) / lmbda, log1p(x) for |lmbda| < 1e-19 (and,
+    as SciPy, where |log1p(x)| < 1e-289 and |lmbda| < 1e273)."""
+    return _composite(sc.boxcox1p, _boxcox1p, x, lmbda)
+
+
+def _inv_boxcox(y, lmbda):
+    zero = lmbda == 0.0
+    lm = _safe(zero, 1.0, lmbda)
+    return ew.where_(zero, ew.exp(y), ew.exp(ew.log1p(_safe(zero, 0.0, lm * y)) / lm))
+
+
+@implements(sc.inv_boxcox)
+def inv_boxcox(y, lmbda):
+    """scipy.special.inv_boxcox: (1 + lmbda y)^(1 / lmbda), exp(y) for lmbda = 0."""
+    return _composite(sc.inv_boxcox, _inv_boxcox, y, lmbda)
+
+
+def _inv_boxcox1p(y, lmbda):
+    ly = lmbda * y
+    zero = lmbda == 0.0
+    tiny = ew.absolute(ly) < 1e-154
+    plain = zero | tiny
+    lm = _safe(plain, 1.0, lmbda)
+    value = ew.expm1(ew.log1p(_safe(plain, 0.0, ly)) / lm)
+    return ew.where_(zero, ew.expm1(y), ew.where_(tiny, y, value))
+
+
+@implements(sc.inv_boxcox1p)
+def inv_boxcox1p(y, lmbda):
+    """scipy.special.inv_boxcox1p: (1 + lmbda y)^(1 / lmbda) - 1, expm1(y) for lmbda = 0 and y
+    itself where |lmbda y| < 1e-154."""
+    return _composite(sc.inv_boxcox1p, _inv_boxcox1p, y, lmbda)
 
 
 # ---- scipy.special's other ufuncs: refused by name ----------------------------------------------------

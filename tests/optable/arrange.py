@@ -2,7 +2,7 @@
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import op
+from . import nondiff, op
 
 
 def _split_view_write(x):
@@ -77,3 +77,42 @@ op("np.mean/std/max of lists", lambda x: np.mean([x[0, 0], x[1, 1]]) + np.std([x
    + np.max([x[1, 2], x[2, 1]]), X)
 op("np.append of a list", lambda x: np.append(x[0], [x[1, 0], x[2, 0]]), X)
 op("np.concatenate lists", lambda x: np.concatenate([[x[0, 0], x[0, 1]], x[1]]), X)
+
+# polynomials, integration, correlation, blocks, piecewise, per-axis application
+op("np.polyval", lambda p, x: np.polyval(p, x), ((4,), (5,)), ((3,), ()))
+op("np.polyval-const-x", lambda p: np.polyval(p, 0.5), ((4,),))
+op("np.polyfit", lambda y: np.polyfit(np.linspace(-1.0, 1.0, 6), y, 2), ((6,),), ((6, 2),))
+op("np.polyfit-x-w", lambda x, y, w: np.polyfit(x, y, 1, w=w) + np.polyfit(x, y, 2, full=True)[1],
+   ((5,), (5,), (5,)), domain=("real", "real", "positive"))
+if hasattr(np, "trapezoid"):
+    op("np.trapezoid", lambda y: np.trapezoid(y), ((5,),), ((3, 4),))
+    op("np.trapezoid-x-axis", lambda y, x: np.trapezoid(y, x, axis=0), ((4, 3), (4,)))
+    op("np.trapezoid-x-nd", lambda y, x: np.trapezoid(y, x) + np.trapezoid(y, dx=0.5, axis=0).sum(),
+       ((3, 4), (3, 4)))
+op("np.correlate", lambda a, v: np.correlate(a, v), ((6,), (3,)))
+op("np.correlate-same-full", lambda a, v: np.concatenate([np.correlate(a, v, "same"), np.correlate(a, v, "full")]),
+   ((4,), (3,)), ((2,), (5,)))
+op("np.block", lambda a, b: np.block([[a, b], [b, a]]), ((2, 3), (2, 3)))
+op("np.block-ranks", lambda a, b: np.block([[a, b], [np.ones(2, a.dtype), 2.0 * b[:1, :1]]]), ((1, 2), (1, 1)))
+op("np.piecewise", lambda x: np.piecewise(x, [x < 0, x >= 0], [lambda t: t ** 2, lambda t: np.sin(t)]), ((5,),))
+op("np.piecewise-otherwise", lambda x: np.piecewise(x, [x < -0.5, x > 0.5], [lambda t: -t, 0.25, lambda t: t ** 3]),
+   ((2, 3),))
+op("np.piecewise-const-cond", lambda x: np.piecewise(x, [np.arange(5) < 2], [lambda t: np.exp(t), lambda t: 2 * t]),
+   ((5,),))
+op("np.apply_along_axis", lambda x: np.apply_along_axis(lambda r: r * np.sum(r ** 2), 1, x), ((3, 4),))
+op("np.apply_along_axis-scalar", lambda x: np.apply_along_axis(lambda r: np.max(r) - np.min(r), 0, x), ((3, 2, 4),))
+op("np.apply_along_axis-grows", lambda x: np.apply_along_axis(lambda r: np.outer(r, r[:2]), 0, x), ((3, 2),))
+op("np.tril_indices_from", lambda x: x[np.tril_indices_from(x)] + x[np.triu_indices_from(x, 1)].sum(), ((3, 3),))
+op("np.diag_indices_from", lambda x: x[np.diag_indices_from(x)], ((3, 3),))
+op("np.compress", lambda x: np.compress([True, False, True], x, axis=1) + np.compress([1, 0, 1, 1], x)[:2].sum(),
+   ((2, 3),))
+op("np.extract", lambda x: np.extract(np.arange(6).reshape(2, 3) % 2 == 0, x), ((2, 3),))
+op("np.choose", lambda a, b: np.choose(np.array([[0, 1, 1], [1, 0, 2]]), [a, b, 0.5]), ((2, 3), (3,)))
+op("np.choose-traced-clip", lambda a, b: np.choose(np.round(a * 2.0).astype(np.int64), [a, b], mode="clip")
+   + np.choose(np.round(b * 2.0).astype(np.int64), [b, a, b], mode="wrap"), ((4,), (4,)))
+op("np.ediff1d", lambda x: np.ediff1d(x, to_begin=[0.5], to_end=x[0]), ((2, 3),))
+op("reshape-order-F", lambda x: x.reshape(3, 4, order="F") @ np.ravel(x, order="F")[:4]
+   + np.reshape(x[None], (2, -1), order="F")[:, :3].sum(), ((4, 3),))
+op("ndarray.flat", lambda x: x.flat[[1, 4]] * x.flat[2], ((2, 3),))
+nondiff("np.digitize", lambda x: np.digitize(x, [-1.0, 0.0, 0.5]) + np.digitize(x, [1.0, 0.0], right=True)
+        + np.digitize(x, np.sort(x.ravel())[1:3]).sum(), ((3, 4),))

@@ -153,3 +153,49 @@ for _ord in [None, "fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf]:
 op("linalg.norm-all", lambda x: np.linalg.norm(x), ((2, 3, 4),))
 op("linalg.norm-all-kd", lambda x: np.linalg.norm(x, keepdims=True), ((2, 3),))
 op("linalg.norm-fro-tuple", lambda x: np.linalg.norm(x, "fro", axis=(0, 1)), ((3, 4),))
+
+# scipy.linalg's general functions, through the module
+op("scipy.linalg.solve", lambda a, b: sla.solve(wc(a), b), ((3, 3), (3,)), ((3, 3), (3, 2)))
+op("scipy.linalg.solve-T", lambda a, b: sla.solve(wc(a), b, transposed=True), ((3, 3), (3, 2)))
+# (the symmetric solvers read one triangle: junk in the other is ignored)
+op("scipy.linalg.solve-pos-upper", lambda a, b: sla.solve(spd(a) + np.tril(a, -1), b, assume_a="pos"),
+   ((3, 3), (3, 2)))
+op("scipy.linalg.solve-sym-lower", lambda a, b: sla.solve(upper_noise(a), b, assume_a="sym", lower=True),
+   ((3, 3), (3,)))
+op("scipy.linalg.solve-lower-triangular", lambda a, b: sla.solve(np.tril(wc(a)), b, assume_a="lower triangular"),
+   ((3, 3), (3, 2)))
+op("scipy.linalg.inv-det", lambda a: sla.inv(wc(a)) * sla.det(wc(a)), ((3, 3),))
+op("scipy.linalg.eigh", lambda a: sla.eigh(spd(a))[0] + sla.eigh(spd(a))[1] ** 2, ((3, 3),))
+op("scipy.linalg.eigh-upper-vals", lambda a: sla.eigh(spd(a), lower=False, eigvals_only=True)
+   + sla.eigvalsh(spd(a)), ((3, 3),))
+op("scipy.linalg.svd", lambda a: sla.svd(a, compute_uv=False) + sla.svdvals(a), ((4, 3),))
+op("scipy.linalg.svd-uv", lambda a: (lambda u, s, vh: (u * s) @ vh)(*sla.svd(a, full_matrices=False)), ((3, 4),))
+op("scipy.linalg.qr-economic", lambda a: (lambda q, r: q @ r + np.abs(r).sum())(*sla.qr(a, mode="economic")),
+   ((4, 3),))
+op("scipy.linalg.qr-r", lambda a: np.abs(sla.qr(a, mode="r")[0]), ((4, 3),))
+op("scipy.linalg.pinv-lstsq", lambda a, b: sla.pinv(a) @ b + sla.lstsq(a, b)[0], ((4, 3), (4, 2)))
+op("scipy.linalg.norm", lambda a: sla.norm(a) + sla.norm(a, 1, axis=0), ((3, 4),))
+
+# NumPy 2's names, multi_dot, cond
+op("linalg.vector_norm", lambda x: np.linalg.vector_norm(x), ((2, 3),))
+op("linalg.vector_norm-axes", lambda x: np.linalg.vector_norm(x, axis=(0, 2), keepdims=True, ord=3),
+   ((2, 3, 4),), domain="nonzero")
+op("linalg.vector_norm-inf", lambda x: np.linalg.vector_norm(x, axis=1, ord=np.inf), ((3, 4),))
+op("linalg.matrix_norm", lambda x: np.linalg.matrix_norm(x) + np.linalg.matrix_norm(x, ord=1), ((2, 3, 4),))
+op("linalg.svdvals", lambda x: np.linalg.svdvals(x), ((3, 4),))
+op("linalg.cond", lambda a: np.linalg.cond(wc(a)) + np.linalg.cond(wc(a), 1), ((3, 3),))
+op("linalg.multi_dot", lambda a, b, c, d: np.linalg.multi_dot([a, b, c, d]),
+   ((2, 5), (5, 3), (3, 4), (4, 1)))
+op("linalg.multi_dot-3-vectors", lambda a, b, c: np.linalg.multi_dot([a, b, c]), ((4,), (4, 3), (3,)))
+op("linalg.multi_dot-2", lambda a, b: np.linalg.multi_dot([a, b]), ((3, 4), (4, 2)))
+op("matrix_transpose", lambda x: np.matrix_transpose(x) @ x + np.linalg.matrix_transpose(x) @ x, ((2, 3, 4),))
+op("linalg.vecdot", lambda a, b: np.linalg.vecdot(a, b) + np.vecdot(a, b, axis=0).sum(), ((3, 4), (3, 4)))
+op("linalg.outer-matmul", lambda a, b: np.linalg.outer(a, b) @ np.linalg.matmul(np.linalg.outer(b, a), a[:, None]),
+   ((3,), (4,)))
+if hasattr(np, "matvec"):
+    op("matvec-vecmat", lambda m, v: np.matvec(m, v)[..., :3] + np.vecmat(v[..., :3], m), ((2, 3, 3), (3,)))
+op("linalg.matrix_rank", lambda a: a * np.linalg.matrix_rank(a) + a * np.linalg.matrix_rank(a[:, :1] * a[:1, :])
+   + np.linalg.matrix_rank(a, tol=0.5), ((3, 4),))
+op("scipy.linalg.expm", lambda a: sla.expm(a), ((3, 3),), ((2, 2, 2),))
+op("scipy.linalg.expm-scaled", lambda a: sla.expm(4.0 * a) * 0.01 + sla.expm(np.zeros((2, 2), a.dtype) + a[:2, :2]).sum(),
+   ((3, 3),))

@@ -187,3 +187,17 @@ nondiff("any-nan", lambda x: np.any(np.where(x > 0, np.nan, 0.0), axis=0), M)
 nondiff("all-empty", lambda x: np.all(x[:, :0] > 0, axis=1), M)
 nondiff("cumsum-bool", lambda x: np.cumsum(x > 0, axis=1), M)
 nondiff("diff-bool", lambda x: np.diff(x > 0, axis=0), M)
+if hasattr(np, "cumulative_sum"):
+    op("np.cumulative_sum", lambda x: np.cumulative_sum(x, axis=1, include_initial=True), ((3, 4),))
+    op("np.cumulative_prod", lambda x: np.cumulative_prod(x) + np.cumulative_sum(x), ((5,),))
+
+# the nan order statistics (NaNs put in by a constant mask: each slice a different count)
+_HOLES = np.array([[0, 1, 0, 0, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], [1, 0, 1, 0, 1]], bool)
+op("np.nanmedian", lambda x: np.nanmedian(np.where(_HOLES, np.nan, x), axis=1)[[0, 2, 3]]
+   + np.nanmedian(np.where(_HOLES, np.nan, x)), ((4, 5),))
+op("np.nanpercentile", lambda x: np.nanpercentile(np.where(_HOLES, np.nan, x), [20, 75], axis=1)[:, [0, 2, 3]], ((4, 5),))
+op("np.nanquantile-keepdims", lambda x: np.nanquantile(np.where(_HOLES, np.nan, x), 0.4, axis=0, keepdims=True)[..., [0, 2, 4]],
+   ((4, 5),))
+op("np.quantile-methods", lambda x: np.quantile(x, [0.3, 0.5], axis=1, method="nearest")
+   + np.quantile(x, 0.3, axis=1, method="lower") + np.percentile(x, 37, axis=1, method="higher")
+   + np.quantile(x, [0.25, 0.6], axis=1, method="midpoint"), ((3, 5),))

@@ -2,7 +2,7 @@
 import numpy as np
 
 import jitgraph as jg
-from . import UNARY_SHAPES, op
+from . import UNARY_SHAPES, nondiff, op
 
 
 # reductions over (2, 3, 4) with every axis form and keepdims
@@ -59,3 +59,21 @@ op("jg.softmax-axis0", lambda x: jg.softmax(x, axis=0), ((2, 3),))
 op("jg.log_softmax", lambda x: jg.log_softmax(x), ((5,),), ((2, 3),))
 op("jg.log_softmax-axis0", lambda x: jg.log_softmax(x, axis=0), ((2, 3),))
 op("jg.sigmoid", lambda x: jg.sigmoid(x), *UNARY_SHAPES)
+
+_BIG = {np.dtype(np.float64): 1e200, np.dtype(np.float32): 1e30}
+# ufunc.reduce: axis 0 by default (np.sum's is None), and the other ufuncs' reductions
+op("np.add.reduce-default-axis", lambda x: np.add.reduce(x) + np.multiply.reduce(x, axis=1).sum(), ((3, 4),))
+op("np.logaddexp.reduce", lambda x: np.logaddexp.reduce(x * 3.0, axis=1), ((3, 4),))
+op("np.logaddexp2.reduce", lambda x: np.logaddexp2.reduce(x, axis=None) + np.logaddexp.reduce(x, keepdims=True).sum(),
+   ((3, 4),))
+op("np.logaddexp.reduce-initial-where", lambda x: np.logaddexp.reduce(x, axis=0, where=x > -0.5, initial=0.0),
+   ((3, 4),))
+op("np.hypot.reduce", lambda x: np.hypot.reduce(x, axis=1) + np.hypot.reduce(x * _BIG[x.dtype], axis=0).sum() / _BIG[x.dtype],
+   ((3, 4),), domain="nonzero")
+op("np.fmax.reduce", lambda x: np.fmax.reduce(x, axis=1) + np.fmin.reduce(x).sum(), ((3, 4),))
+op("np.add.reduceat", lambda x: np.add.reduceat(x, [0, 2, 3], axis=1), ((3, 5),))
+op("np.add.reduceat-unordered", lambda x: np.add.reduceat(x, [0, 4, 1, 5, 5]), ((6, 2),))
+nondiff("np.count_nonzero", lambda x: np.count_nonzero(x > 0.2) + np.count_nonzero(np.round(x), axis=0),
+        ((3, 4),))
+nondiff("np.logical_and.reduce", lambda x: np.logical_and.reduce(x > -1.0, axis=1)
+        | np.logical_or.reduce(x > 1.0, axis=1), ((3, 4),))
