@@ -63,6 +63,7 @@ MIN_NODES = 24          # body nodes times trips
 MAX_LOOPS = 8           # runs rerolled per trace
 MAX_DROPPED = 2         # first blocks a failed check drops before the run is given up
 _CANDIDATE_PERIODS = 16
+_KTH_NEXT = 32          # occurrences of one kind per iteration the period search looks across
 _ROTATION_WORK = 200_000    # node visits spent looking for a run's best rotation
 # kinds of op that end a fused loop: a body holding one runs a step per iteration anyway
 _STEP_KINDS = ("reduce", "index", "linalg", "control")
@@ -162,6 +163,15 @@ def _candidates(seq):
         nxt[sig[i]] = i
     counts = np.bincount(dist[dist > 1])
     periods = [int(p) for p in np.argsort(counts)[::-1][:_CANDIDATE_PERIODS] if counts[p] >= MIN_TRIPS - 1]
+    # A body in which every kind of node occurs several times (an RK4 step: four evaluations
+    # of one function) has no node whose next of its kind is one period on: the period is
+    # the distance to the k-th next, k the kind's count per iteration. Those distances, for
+    # every k up to _KTH_NEXT, vote for further periods.
+    votes = _kth_next_distances(sig)
+    if votes.size:
+        extra = [int(p) for p in np.argsort(votes)[::-1][:_CANDIDATE_PERIODS]
+                 if votes[p] >= MIN_TRIPS - 1 and p > 1 and int(p) not in periods]
+        periods += extra
     found = []
     for p in periods:
         if 2 * p > n:
@@ -178,6 +188,22 @@ def _candidates(seq):
             found.append((k * p, p, start, k))
     found.sort(key=lambda c: (-c[0], c[1]))
     return found
+
+
+def _kth_next_distances(sig):
+    """Counts, per distance d, of the pairs of nodes of one kind d apart with at most
+    _KTH_NEXT - 1 nodes of that kind between them."""
+    order = np.argsort(sig, kind="stable")
+    pos, kind = order, sig[order]
+    parts = []
+    for k in range(2, _KTH_NEXT + 1):
+        if k >= len(pos):
+            break
+        same = kind[k:] == kind[:-k]
+        parts.append((pos[k:] - pos[:-k])[same])
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.bincount(np.concatenate(parts))
 
 
 # ---- checking a run -----------------------------------------------------------------------------------

@@ -178,6 +178,33 @@ def test_irregular_loops_stay_correct(f, seed, steps):
     check(f, (rng.standard_normal((3, 3)), rng.standard_normal((steps, 3))))
 
 
+def lotka_volterra_rk4(theta, z0, steps=40):
+    """Classical RK4 integration: each step evaluates one function four times, so every kind of
+    node recurs within a step (no node's next of its kind is a whole step later)."""
+    a, b, c, d = np.exp(theta)
+
+    def f(z):
+        x, y = z[0], z[1]
+        return np.array([a * x - b * x * y, -c * y + d * x * y])
+    z, h, total = z0, 0.05, 0.0
+    for _ in range(steps):
+        k1 = f(z)
+        k2 = f(z + h / 2 * k1)
+        k3 = f(z + h / 2 * k2)
+        k4 = f(z + h * k3)
+        z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        total = total + np.sum(np.log(z) ** 2)
+    return total
+
+
+def test_a_runge_kutta_loop_becomes_one_scan():
+    theta, z0 = np.log(np.array([1.0, 0.5, 1.0, 0.3])), np.array([1.5, 1.2])
+    g = check(lotka_volterra_rk4, (theta, z0))
+    (fwd,) = forward_scans(g)
+    assert fwd.p["length"] >= 38
+    assert len(g.nodes) < 1500        # (unrolled: 8,330)
+
+
 def test_what_stays_unrolled():
     rng = np.random.default_rng(10)
     x = rng.standard_normal(8)
