@@ -36,7 +36,7 @@ import scipy.special as sc
 from ..core import Tensor
 from ..errors import NotSupportedError, is_library_frame
 from ..numpy_api import as_operand, broadcast_shapes, broadcast_to, cast, reshape, result_dtype, shape_of
-from . import special
+from . import filters, special
 from .special import has_tensor
 
 LOG_SQRT_2PI = 0.9189385332046728
@@ -747,7 +747,9 @@ def install():
     """Install jitgraph's versions of SciPy's Python functions that convert their arguments:
     scipy.special's logsumexp/softmax/log_softmax/polygamma and, once scipy.stats has been
     imported, the methods of its distributions and scipy.stats.entropy. Called when a trace or
-    an eager tape starts; SciPy's modules are never imported here."""
+    an eager tape starts; SciPy's modules are never imported here. scipy.signal's and
+    scipy.ndimage's convolutions and filters likewise (`filters.py`)."""
+    filters.install()
     if _INSTALLED:
         return
     special.install()
