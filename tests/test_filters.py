@@ -100,5 +100,29 @@ def test_unsupported_forms_are_refused_by_name():
     x = np.ones((4, 4))
     with pytest.raises(jg.NotSupportedError, match="fftconvolve with axes"):
         jg.make_graph(lambda a: ss.fftconvolve(a, a, axes=0))(x)
-    with pytest.raises(jg.NotSupportedError, match=r"scipy\.signal\.lfilter"):
-        jg.make_graph(lambda a: ss.lfilter([1.0], [1.0, 0.5], a[0]))(x)
+    with pytest.raises(jg.NotSupportedError, match=r"lfilter with zi="):
+        jg.make_graph(lambda a: ss.lfilter([1.0], [1.0, 0.5], a[0], zi=[0.0]))(x)
+
+
+@pytest.mark.parametrize("b,a", [([1.0, 0.5], [1.0, -0.3]), ([0.2, 0.3, 0.1], [2.0]), ([1.0], [1.0, -1.2, 0.5]),
+                                 ([0.5, 0.1, 0.1, 0.3], [2.0, 0.4]), tuple(ss.butter(3, 0.2))])
+def test_lfilter_matches_scipy_along_either_axis(b, a):
+    x = RNG.standard_normal((3, 30))
+    for axis in (-1, 0):
+        assert_scipy(lambda x: ss.lfilter(b, a, x, axis=axis), x)
+
+
+def test_lfilter_gradients_of_learned_coefficients_compiled():
+    x = RNG.standard_normal((2, 25))
+
+    def loss(coef, x):
+        return np.sum(ss.lfilter(coef[:2], np.concatenate([[1.0], coef[2:]]), x) ** 2)
+
+    c = np.array([0.5, 0.2, -0.3, 0.1])
+    _, g_ref = jg.value_and_grad(loss)(c, x)
+    eps = 1e-6
+    fd = [(loss(c + eps * e, x) - loss(c - eps * e, x)) / (2 * eps) for e in np.eye(4)]
+    np.testing.assert_allclose(g_ref, fd, rtol=1e-6, atol=1e-7)
+    v, g = jg.jit_grad(loss, wait=True)(c, x)
+    np.testing.assert_allclose(v, loss(c, x), rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)

@@ -5,7 +5,8 @@ kernel, summed, written as padding (`np.pad`'s modes, which are the boundary rul
 modules), every window of the padded array (`sliding_window_view`, gathers) and one
 `tensordot` with the kernel, so gradients reach the input and a traced kernel alike.
 Separable filters (gaussian_filter, uniform_filter) are 1-d correlations along each axis
-in turn, as SciPy computes them.
+in turn, as SciPy computes them. lfilter's IIR recurrence is a `scan` (so CPU-only, as
+control flow is).
 
 Values agree with SciPy's to rounding, not bit for bit: SciPy sums a window in its own
 order (fftconvolve through FFTs, uniform_filter1d as a running sum). Float inputs only for
@@ -23,10 +24,12 @@ import numpy as np
 
 from ..core import Tensor
 from ..errors import NotSupportedError, where
-from ..numpy_api import as_operand, cast, shape_of
+from ..numpy_api import as_operand, cast, reshape, shape_of
 from .arrange import pad, sliding_window_view
 from .contract import tensordot
+from .control import scan
 from .index import getitem
+from .shape import concatenate, moveaxis
 from .special import install_wrappers
 
 
@@ -157,7 +160,47 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     return convolve2d(a, _flip(b), mode, boundary, fillvalue)
 
 
-SIGNAL_FUNCTIONS = {"convolve": signal_convolve, "correlate": signal_correlate, "fftconvolve": fftconvolve,
+def lfilter(b, a, x, axis=-1, zi=None):
+    """scipy.signal.lfilter without initial conditions (zi): the direct form II transposed
+    recurrence SciPy computes, y[n] = b0 x[n] + z0 and z_i = b_{i+1} x[n] + z_{i+1} - a_{i+1} y[n]
+    (coefficients divided by a[0]), as a `scan` over `axis`; an FIR filter (one a) is one
+    correlation. Gradients reach x and traced coefficients."""
+    if zi is not None:
+        raise NotSupportedError(f"scipy.signal.lfilter with zi= (initial conditions) is not supported "
+                                f"on traced values{where()}")
+    b, a, x = as_operand(b), as_operand(a), as_operand(x)
+    if _ndim(b) != 1 or _ndim(a) != 1:
+        raise ValueError("object of too small depth for desired array")
+    if not isinstance(a, Tensor) and a[0] == 0:
+        raise ValueError("BUG: filter coefficient a[0] == 0 not supported yet")
+    dt = np.result_type(b.dtype, a.dtype, x.dtype)
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    b, a, x = cast(b, dt), cast(a, dt), cast(x, dt)
+    nd = _ndim(x)
+    axis = axis % nd
+    m = max(shape_of(a)[0], shape_of(b)[0])
+    b = pad(b / a[0], (0, m - shape_of(b)[0]))
+    xm = moveaxis(x, axis, 0)
+    if shape_of(a)[0] == 1:
+        padded = pad(xm, [(m - 1, 0)] + [(0, 0)] * (nd - 1))
+        ys = tensordot(sliding_window_view(padded, m, axis=0), _flip(b), axes=1)
+        return moveaxis(ys, 0, axis)
+    a = pad(a / a[0], (0, m - shape_of(a)[0]))
+    lanes = (1,) * (nd - 1)
+    b_rest, a_rest = reshape(b[1:], (m - 1,) + lanes), reshape(a[1:], (m - 1,) + lanes)
+    zero = np.zeros((1,) + tuple(shape_of(xm))[1:], dt)
+
+    def step(z, xn):
+        y = b[0] * xn + z[0]
+        shifted = concatenate([z[1:], zero], axis=0)
+        return shifted + b_rest * xn - a_rest * y, y
+
+    init = np.zeros((m - 1,) + tuple(shape_of(xm))[1:], dt)
+    _, ys = scan(step, init, xm)
+    return moveaxis(ys, 0, axis)
+
+
+SIGNAL_FUNCTIONS = {"lfilter": lfilter, "convolve": signal_convolve, "correlate": signal_correlate, "fftconvolve": fftconvolve,
                     "oaconvolve": fftconvolve, "convolve2d": convolve2d, "correlate2d": correlate2d}
 
 
