@@ -1,6 +1,9 @@
 """scipy.signal's convolutions and scipy.ndimage's filters on traced values (jitgraph/ops/filters.py):
 values against SciPy over every mode and boundary rule, gradients against finite differences,
 and one compiled program."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.ndimage as nd
@@ -126,3 +129,20 @@ def test_lfilter_gradients_of_learned_coefficients_compiled():
     v, g = jg.jit_grad(loss, wait=True)(c, x)
     np.testing.assert_allclose(v, loss(c, x), rtol=1e-12)
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_names_imported_after_jitgraph_are_the_wrappers():
+    """A fresh process that imports jitgraph first, then names from scipy.signal, scipy.ndimage
+    and scipy.stats (an import hook installs the wrappers as those modules load)."""
+    code = (
+        "import numpy as np, jitgraph as jg\n"
+        "from scipy.signal import convolve2d\n"
+        "from scipy.ndimage import gaussian_filter\n"
+        "from scipy.stats import entropy\n"
+        "x = np.arange(1.0, 26.0).reshape(5, 5) / 25\n"
+        "f = lambda a: np.sum(convolve2d(a, a[:2, :2])) + np.sum(gaussian_filter(a, 1.0)) + entropy(a.ravel())\n"
+        "v, g = jg.value_and_grad(f)(x)\n"
+        "assert abs(v - f(x)) < 1e-9 * abs(v) and g.shape == (5, 5)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

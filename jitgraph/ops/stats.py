@@ -27,6 +27,8 @@ the distribution, frozen with constant parameters, and frozen with traced ones (
 `TracedFrozen`, whose other methods are refused by name).
 """
 import functools
+import importlib.abc
+import importlib.util
 import math
 import sys
 
@@ -741,6 +743,48 @@ def _install_distributions():
 
 
 _INSTALLED = []
+_WATCHED = ("scipy.stats", "scipy.signal", "scipy.ndimage")
+
+
+class _InstallOnImport(importlib.abc.MetaPathFinder):
+    """Installs the wrappers as soon as one of `_WATCHED` has been imported, so that a name
+    imported from it after jitgraph (`from scipy.signal import convolve2d`) is jitgraph's
+    wrapper, not SciPy's function, even before the first trace. Only the loader of those
+    modules is wrapped; a failure to install never fails SciPy's import."""
+
+    def __init__(self):
+        self.finding = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _WATCHED or name in self.finding:
+            return None
+        self.finding.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.finding.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _InstallingLoader(spec.loader)
+        return spec
+
+
+class _InstallingLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            install()
+        except Exception:       # the wrappers are then installed when a trace starts
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
 
 
 def install():
@@ -757,3 +801,8 @@ def install():
         _install_distributions()
         special.install_wrappers(sys.modules["scipy.stats"], TRACED_FUNCTIONS)
         _INSTALLED.append(True)
+
+
+if not all(name in sys.modules for name in _WATCHED):
+    sys.meta_path.insert(0, _InstallOnImport())
+install()
