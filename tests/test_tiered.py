@@ -423,7 +423,7 @@ def test_run_part_restores_the_functions_it_skipped():
 
 
 def test_the_compile_server_follows_the_cache_directory(monkeypatch, tmp_path):
-    compile_server.start()                          # a server started under the old directory
+    _started_server()               # a server started (and done starting) under the old directory
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
     calls = _record_answers(monkeypatch, "compile_remote")
     f = jg.jit(lambda x: np.log1p(x) * 7.0, wait=True)
