@@ -414,13 +414,12 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     if how == "at":
         return METHODS["ufunc_at"](ufunc, *inputs)
-    if how == "reduceat" and ufunc is np.add and "add_reduceat" in METHODS:
-        r = METHODS["add_reduceat"](*inputs, **kwargs)
-        return _write_out(out, r, name, inputs) if out is not None else _fresh(r, inputs)
     if how == "reduce" and ufunc in UFUNC_REDUCE:
         kwargs.setdefault("axis", 0)        # ufunc.reduce's default, where np.sum's is None
         reducer = UFUNC_REDUCE[ufunc]
         r = FUNCTIONS.get(reducer, reducer)(*inputs, **kwargs)
+    elif how == "reduceat" and ufunc is np.add:
+        r = METHODS["add_reduceat"](*inputs, **kwargs)
     elif how == "accumulate" and ufunc in UFUNC_ACCUMULATE and set(kwargs) <= {"axis", "dtype"}:
         r = FUNCTIONS[UFUNC_ACCUMULATE[ufunc]](*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     elif how == "accumulate" and ufunc in UFUNC_SCANS and len(inputs) == 1 and set(kwargs) <= {"axis"}:

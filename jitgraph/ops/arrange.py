@@ -15,10 +15,10 @@ from ..core import Tensor
 from ..errors import NotSupportedError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
-from .elementwise import add, divide, logical_not, multiply, subtract, to_bool, where_
+from .elementwise import add, divide, logical_not, multiply, to_bool, where_
 from .index import getitem, setitem
 from .linalg import lstsq
-from .order import searchsorted
+from .order import diff, searchsorted
 from .reduce import sum as _sum
 from .registry import implements
 from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape, stack
@@ -466,13 +466,12 @@ if hasattr(np, "trapezoid"):
         else:
             x = as_operand(x)
             if _ndim(x) == 1:
-                d = subtract(x[1:], x[:-1])
+                d = diff(x)
                 shape = [1] * nd
                 shape[axis] = shape_of(d)[0]
                 d = reshape(d, shape)
             else:
-                d = subtract(getitem(x, _along(axis, _ndim(x), slice(1, None))),
-                             getitem(x, _along(axis, _ndim(x), slice(None, -1))))
+                d = diff(x, axis=axis)
         pair = add(getitem(y, _along(axis, nd, slice(1, None))), getitem(y, _along(axis, nd, slice(None, -1))))
         return _sum(divide(multiply(d, pair), 2.0), axis=axis)
 
@@ -676,8 +675,7 @@ def choose(a, choices, out=None, mode="raise"):
     elif isinstance(a, Tensor):
         raise NotSupportedError(f"np.choose with a traced index array needs mode='clip' or "
                                 f"mode='wrap' (mode='raise' would check its values){where()}")
-    vals = [as_operand(c) if isinstance(c, Tensor) or not builtins.isinstance(c, (int, float)) else c
-            for c in choices]
+    vals = [c if isinstance(c, (int, float)) else as_operand(c) for c in choices]
     dt = result_dtype(*vals)
     r = cast(as_operand(vals[-1]), dt)
     for k in range(n - 2, -1, -1):
@@ -711,7 +709,7 @@ def ediff1d(ary, to_end=None, to_begin=None):
     if not _traced(ary, to_end, to_begin):
         return np.ediff1d(ary, to_end, to_begin)
     flat = ravel(as_operand(ary))
-    parts = [subtract(flat[1:], flat[:-1])]
+    parts = [diff(flat)]
     if to_begin is not None:
         parts.insert(0, cast(ravel(as_operand(to_begin)), flat.dtype))
     if to_end is not None:

@@ -254,17 +254,17 @@ log = unary_float("log", np.log, "log({0})", (lambda g, out, x: g / x,))
 log1p = unary_float("log1p", np.log1p, "log1p({0})", (lambda g, out, x: g / (x + 1.0),))
 
 
-def _cbrt_expr(copysign_of):
+def _cbrt_export_expr():
     """The real cube root for ONNX, which has no operator for it: |x|^(1/3) by pow, then one
     Newton step (the exponent 1/3 is not exact: pow alone was off by up to ~1e-14 relative for
     large |x|, and 27 gave 3.0000000000000004); zeros, infinities and NaN are their own roots."""
     y = "pow(abs({0}), 0.3333333333333333)"
     newton = f"({y} - ({y} * {y} * {y} - abs({{0}})) / (3.0 * {y} * {y}))"
-    return f"{{0}} if ({{0}} == 0) | isinf({{0}}) | isnan({{0}}) else {copysign_of(newton)}"
+    return f"{{0}} if ({{0}} == 0) | isinf({{0}}) | isnan({{0}}) else sign({{0}}) * {newton}"
 
 
 cbrt = unary_float("cbrt", np.cbrt, "cbrt({0})", (lambda g, out, x: g / (out * out * 3.0),),
-                   export_expr=_cbrt_expr(lambda y: f"sign({{0}}) * {y}"))
+                   export_expr=_cbrt_export_expr())
 sin = unary_float("sin", np.sin, "sin({0})", (lambda g, out, x: g * cos(x),))
 cos = unary_float("cos", np.cos, "cos({0})", (lambda g, out, x: -(g * sin(x)),))
 tan = unary_float("tan", np.tan, "tan({0})", (lambda g, out, x: g * (out * out + 1.0),))

@@ -25,7 +25,7 @@ import numpy as np
 from ..core import Tensor
 from ..errors import NotSupportedError, where
 from ..numpy_api import as_operand, cast, reshape, shape_of
-from .arrange import pad, sliding_window_view
+from .arrange import flip, pad, sliding_window_view
 from .contract import tensordot
 from .control import scan
 from .index import getitem
@@ -46,10 +46,6 @@ def _windows_dot(padded, kernel):
     nd = _ndim(kernel)
     windows = sliding_window_view(padded, tuple(shape_of(kernel)))
     return tensordot(windows, kernel, axes=(tuple(range(nd, 2 * nd)), tuple(range(nd))))
-
-
-def _flip(x):
-    return getitem(x, (slice(None, None, -1),) * _ndim(x)) if isinstance(x, Tensor) else np.flip(x)
 
 
 def _float_operands(in1, in2, name):
@@ -98,7 +94,7 @@ def _full_convolution(a, b, boundary="fill", fillvalue=0):
     else:
         padded = pad(a, widths, mode={"wrap": "wrap", "circular": "wrap", "symm": "symmetric",
                                       "symmetric": "symmetric"}[boundary])
-    return _windows_dot(padded, _flip(b))
+    return _windows_dot(padded, flip(b))
 
 
 # ---- scipy.signal ----------------------------------------------------------------------------------
@@ -117,8 +113,8 @@ def signal_correlate(in1, in2, mode="full", method="auto"):
     reversed (and, where 'valid' mode swaps the inputs, the result reversed)."""
     a, b = _float_operands(in1, in2, "scipy.signal.correlate")
     if _swap_needed(mode, tuple(shape_of(a)), tuple(shape_of(b))):
-        return _flip(signal_convolve(b, _flip(a), mode))
-    return signal_convolve(a, _flip(b), mode)
+        return flip(signal_convolve(b, flip(a), mode))
+    return signal_convolve(a, flip(b), mode)
 
 
 def fftconvolve(in1, in2, mode="full", axes=None):
@@ -153,11 +149,11 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     _check_2d(a, b, "correlate2d")
     s1, s2 = tuple(shape_of(a)), tuple(shape_of(b))
     if _swap_needed(mode, s1, s2):
-        return _flip(convolve2d(b, _flip(a), mode, boundary, fillvalue))
+        return flip(convolve2d(b, flip(a), mode, boundary, fillvalue))
     if mode == "same":      # centred as SciPy's correlate2d: from len(in2) // 2 of the full output
-        full = convolve2d(a, _flip(b), "full", boundary, fillvalue)
+        full = convolve2d(a, flip(b), "full", boundary, fillvalue)
         return getitem(full, tuple(slice(k // 2, k // 2 + n) for n, k in zip(s1, s2)))
-    return convolve2d(a, _flip(b), mode, boundary, fillvalue)
+    return convolve2d(a, flip(b), mode, boundary, fillvalue)
 
 
 def lfilter(b, a, x, axis=-1, zi=None):
@@ -183,7 +179,7 @@ def lfilter(b, a, x, axis=-1, zi=None):
     xm = moveaxis(x, axis, 0)
     if shape_of(a)[0] == 1:
         padded = pad(xm, [(m - 1, 0)] + [(0, 0)] * (nd - 1))
-        ys = tensordot(sliding_window_view(padded, m, axis=0), _flip(b), axes=1)
+        ys = tensordot(sliding_window_view(padded, m, axis=0), flip(b), axes=1)
         return moveaxis(ys, 0, axis)
     a = pad(a / a[0], (0, m - shape_of(a)[0]))
     lanes = (1,) * (nd - 1)
@@ -258,7 +254,7 @@ def ndimage_convolve(input, weights, output=None, mode="reflect", cval=0.0, orig
     w = as_operand(weights)
     nd = _ndim(w)
     origins = [-int(o) - (1 - k % 2) for o, k in zip(_per_axis(origin, nd, "origin"), shape_of(w))]
-    return ndimage_correlate(input, _flip(w), output, mode, cval, origins, axes=axes)
+    return ndimage_correlate(input, flip(w), output, mode, cval, origins, axes=axes)
 
 
 def _along(w, axis, nd):
@@ -284,7 +280,7 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
     """scipy.ndimage.convolve1d: correlate1d with the weights reversed and the origin mirrored."""
     w = as_operand(weights)
     k = shape_of(w)[0]
-    return correlate1d(input, _flip(w), axis, output, mode, cval, -int(origin) - (1 - k % 2))
+    return correlate1d(input, flip(w), axis, output, mode, cval, -int(origin) - (1 - k % 2))
 
 
 def _gaussian_kernel(sigma, order, radius):

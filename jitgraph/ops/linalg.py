@@ -426,10 +426,11 @@ def _svd_vjp(cts, node, value_of):
 
 
 def _copyltu(m):
-    """The lower triangle of m mirrored onto the upper one."""
+    """The lower triangle of m mirrored onto the upper one (the upper one is not read: NaN or
+    inf there stays out, as in LAPACK's routines that read one triangle)."""
     n = shape_of(m)[-1]
-    low = multiply(m, _mask(n, m.dtype))
-    return add(low, _T(multiply(m, _mask(n, m.dtype, -1))))
+    low = where_(_mask(n, bool), m, 0.0)
+    return add(low, _T(where_(_mask(n, bool, -1), m, 0.0)))
 
 
 def _qr_square_adjoint(q, r, gq, gr):
@@ -1236,15 +1237,6 @@ def scipy_cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
 _SYMMETRIC = ("sym", "her", "pos", "symmetric", "hermitian", "positive definite")
 
 
-def _symmetric_from(a, lower):
-    """The symmetric matrix SciPy's symmetric solvers see in a: its `lower` (or upper) triangle,
-    mirrored; the adjoint lands on that triangle."""
-    keep = _mask(shape_of(a)[-1], bool, 0, upper=not lower)
-    strict = _mask(shape_of(a)[-1], bool, -1, upper=not lower)
-    t = where_(keep, a, 0.0)
-    return add(t, _T(where_(strict, a, 0.0)))
-
-
 def scipy_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
                 assume_a=None, transposed=False):
     """scipy.linalg.solve: x with a x = b (a^T x = b with `transposed`), a (n, n), b (n,) or (n, k).
@@ -1267,7 +1259,10 @@ def scipy_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
         d = a[np.arange(n), np.arange(n)]
         return _matrix_rhs(a, b, lambda rhs: divide(rhs, reshape(d, (-1, 1))))
     if kind in _SYMMETRIC:
-        a = _symmetric_from(_T(a) if transposed else a, lower)
+        # the symmetric matrix SciPy's solver sees: the triangle `lower` names, mirrored (the
+        # adjoint lands on that triangle)
+        own = _T(a) if transposed else a        # (SciPy reads a's own triangle)
+        a = _copyltu(own if lower else _T(own))
     elif kind not in ("gen", "general", "banded", "tridiagonal"):
         raise ValueError(f"{assume_a!r} is not a recognized matrix structure{where()}")
     return _matrix_rhs(a, b, lambda rhs: solve(a, rhs))

@@ -41,7 +41,7 @@ from .contract import diagonal
 from .elementwise import (add, clip, divide, equal, floor, floor_divide, less, less_equal, logical_and, logical_not,
                           logical_or, maximum, minimum, multiply, not_equal, sqrt, subtract, to_bool, where_)
 from .index import take as _index_take
-from .reduce import amax, amin, mean, prod, sum as _sum, var as _var
+from .reduce import amax, amin, count as _reduced_count, mean, prod, sum as _sum, var as _var
 from .registry import ZERO_GRADIENT, implements, register
 from .products import matmul
 from .shape import concatenate, expand_dims, moveaxis, ravel, squeeze, stack
@@ -867,18 +867,25 @@ def _nan_order_statistic(part, k):
     return reshape(_take_along(part, k, part.ndim - 1), shape_of(part)[:-1])
 
 
+def _nan_sorted(a, axis):
+    """(a sorted along the reduced axes, moved last and merged, NaN last; the count of values
+    that are not NaN in each slice, shaped (..., 1); the axes reduced)."""
+    x, ax, axes = _reduce_layout(a, axis)
+    arr = moveaxis(x, ax, -1)
+    part = _sorted(arr, arr.ndim - 1)
+    count = _sum(cast(logical_not(_isnan(arr)), INDEX), axis=-1, keepdims=True)
+    return part, count, axes
+
+
 def _nan_quantile(a, q, axis, keepdims, weak_q):
     """NumPy's nanquantile (linear): each slice's quantile of its values that are not NaN, whose
     count, and so the order statistics read, is known only when the function runs (gathers at
     traced positions); NaN for a slice of NaNs alone."""
     if q.ndim > 2:
         raise ValueError("q must be a scalar or 1d")
-    x, ax, axes = _reduce_layout(a, axis)
-    arr = moveaxis(x, ax, -1)
-    if shape_of(arr)[-1] == 0:
+    if not _reduced_count(a, axis):
         raise IndexError("index -1 is out of bounds for axis 0 with size 0")
-    part = _sorted(arr, arr.ndim - 1)                 # NaN last
-    count = _sum(cast(logical_not(_isnan(arr)), INDEX), axis=-1, keepdims=True)
+    part, count, axes = _nan_sorted(a, axis)
     last = maximum(subtract(count, 1), 0)
     # NumPy's interpolation weights have q's dtype (a weak Python q: a's)
     gamma_dtype = a.dtype if weak_q else (q.dtype if q.dtype.kind == "f" else np.dtype(np.float64))
@@ -926,12 +933,9 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=np._NoValu
     a = as_operand(a)
     if a.dtype.kind != "f":
         return median(a, axis=axis, keepdims=_kd(keepdims))
-    x, ax, axes = _reduce_layout(a, axis)
-    arr = moveaxis(x, ax, -1)
-    if shape_of(arr)[-1] == 0:
+    if not _reduced_count(a, axis):
         return median(a, axis=axis, keepdims=_kd(keepdims))
-    part = _sorted(arr, arr.ndim - 1)
-    count = _sum(cast(logical_not(_isnan(arr)), INDEX), axis=-1, keepdims=True)
+    part, count, axes = _nan_sorted(a, axis)
     lo_k = maximum(floor_divide(subtract(count, 1), 2), 0)
     hi_k = minimum(floor_divide(count, 2), maximum(subtract(count, 1), 0))
     lo, hi = _nan_order_statistic(part, lo_k), _nan_order_statistic(part, hi_k)
