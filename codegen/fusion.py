@@ -72,6 +72,12 @@ RECOMPUTE_OPS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "max", "min
 RECOMPUTE = True        # False: every value a later step reads stays stored (for comparisons)
 RECOMPUTE_MAX_READS = 4
 RECOMPUTE_MAX_OPS = 6
+# reads of stored values in a recomputed value's inlined expression, counted per path: a value
+# read through views is inlined once per read (u' = u + roll(u, 1) + roll(u, -1), recomputed
+# step after step, would grow 3x per step)
+RECOMPUTE_MAX_EXPANDED = 16
+# likewise for an index view: np.roll twice nested is 4 reads, 12 times 4,096
+VIEW_MAX_EXPANDED = 32
 
 
 def unit_reshape(node):
@@ -178,6 +184,7 @@ class Partition:
         self.step_of = {}           # node id -> step
         self.virtual = set()        # ids of broadcasts read in place by their consumers
         self.index_views = set()    # ids of slices, pads, concatenates, ... read by index
+        self._view_reads = {}       # _expanded_reads' memo while views are placed
         self.recomputed = set()     # ids of cheap values later loops recompute (_recompute_cheap)
         self.gather_maps = {}       # gather view id -> (c, coefs): index c + sum coefs * j, or None
         self._allow_views = index_views
@@ -206,14 +213,23 @@ class Partition:
     def sources(self, node):
         """The stored values reading `node` reads: through virtual broadcasts and reshapes,
         and through index views to each of their operands."""
-        node = self.resolve(node)
-        if node.id not in self.index_views:
-            return [node]
-        out = []
-        for x in node.inputs:
-            for s in self.sources(x):
-                if all(s is not o for o in out):
-                    out.append(s)
+        # depth first, each view once: views (recomputed values among them) form a DAG whose
+        # paths can be exponentially many (a chain of u = v * v), and chains can be long
+        out, found, expanded = [], set(), set()
+        stack = [iter((node,))]
+        while stack:
+            for x in stack[-1]:
+                x = self.resolve(x)
+                if x.id in self.index_views:
+                    if x.id not in expanded:
+                        expanded.add(x.id)
+                        stack.append(iter(x.inputs))
+                        break
+                elif x.id not in found:
+                    found.add(x.id)
+                    out.append(x)
+            else:
+                stack.pop()
         return out
 
     def reads(self, node):
@@ -380,6 +396,8 @@ class Partition:
         """Can `node` be an index view? (real, integer and boolean dtypes, whose zero a pad
         writes as a literal) For a gather that can, records its index map in `gather_maps`."""
         if not (self._allow_views and node.op in INDEX_VIEW_OPS and node.dtype.kind in "biuf"):
+            return False
+        if sum(self._expanded_reads(x, (), self._view_reads) for x in node.inputs) > VIEW_MAX_EXPANDED:
             return False
         if node.op == "transpose":
             # a matrix transpose only matmuls read is BLAS's strided view already (or a copy
@@ -606,6 +624,32 @@ class Partition:
         return isinstance(step, OpStep) and node.op in ("matmul", "matmul_add", "reshape")
 
     # ---- recomputation ----------------------------------------------------------------------
+    def _expanded_reads(self, node, inlined, memo):
+        """How many reads of stored values the expression reading `node` has, once its index
+        views, recomputed values and the values in `inlined` are inlined, each once per path
+        (`memo`: node id -> count, for the same views and `inlined`)."""
+        def inner(n):
+            n = self.resolve(n)
+            return n if n.id in self.index_views or n.id in inlined else None
+
+        root = inner(node)
+        if root is None:
+            return 1
+        stack = [root]          # (chains of views can be longer than Python's recursion limit)
+        while stack:
+            n = stack[-1]
+            if n.id in memo:
+                stack.pop()
+                continue
+            ins = [inner(x) for x in n.inputs]
+            pending = [x for x in ins if x is not None and x.id not in memo]
+            if pending:
+                stack += pending
+                continue
+            memo[n.id] = sum(1 if x is None else memo[x.id] for x in ins)
+            stack.pop()
+        return memo[root.id]
+
     def _recompute_cheap(self):
         """Values that later loops recompute instead of reading them stored.
 
@@ -671,6 +715,8 @@ class Partition:
                 continue
             taken, found = set(), {}
             if leaves(node, group, taken, found) is None:
+                continue
+            if self._expanded_reads(node, taken, {}) > RECOMPUTE_MAX_EXPANDED:
                 continue
             # One array written and read by each reader less, against the arrays a reader must
             # read to recompute it and did not read already: fewer bytes, and per point of a
