@@ -15,10 +15,11 @@ from ..core import Tensor
 from ..errors import NotSupportedError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
-from .elementwise import add, divide, logical_not, multiply, to_bool, where_
+from .elementwise import (absolute, add, divide, equal, greater, less, logical_and, logical_not, multiply,
+                          remainder, to_bool, where_)
 from .index import getitem, setitem
 from .linalg import lstsq
-from .order import diff, searchsorted
+from .order import cumsum, diff, searchsorted
 from .reduce import sum as _sum
 from .registry import implements
 from .shape import _transposed_view, broadcast_to_, concatenate, expand_dims, moveaxis, ravel, reshape, stack
@@ -904,3 +905,46 @@ def resize(a, new_shape):
     if total == 0 or a.shape[0] == 0:        # NumPy: zeros
         return broadcast_to(lift([a, np.zeros((), a.dtype)])[1], shape)
     return reshape(getitem(a, np.arange(total) % a.shape[0]), shape)
+
+
+@implements(np.insert)
+def insert(arr, obj, values, axis=None):
+    """np.insert at positions known when tracing: one gather from arr's elements followed by the
+    values (cast to arr's dtype, broadcast as NumPy does), by the position map np.insert itself
+    gives for the element numbers."""
+    _static_int(obj, "np.insert's positions")
+    if not _traced(arr, values):
+        return np.insert(arr, obj, values, axis)
+    arr = as_operand(arr)
+    values = cast(as_operand(values), arr.dtype)
+    n, k = int(np.prod(shape_of(arr), dtype=np.int64)), int(np.prod(shape_of(values), dtype=np.int64))
+    numbers = np.arange(n, dtype=np.intp).reshape(shape_of(arr))
+    positions = np.insert(numbers, obj, n + np.arange(k, dtype=np.intp).reshape(shape_of(values)), axis)
+    return getitem(concatenate([ravel(arr), ravel(values)]), positions)
+
+
+@implements(np.unwrap)
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """np.unwrap: p with multiples of `period` added where consecutive samples jump by more than
+    max(discont, period / 2), as NumPy computes it. The corrections are piecewise constant,
+    so the gradient passes through unchanged."""
+    if _traced(discont, period):
+        raise NotSupportedError(f"np.unwrap with a traced discont or period is not supported{where()}")
+    if not _traced(p):
+        return np.unwrap(p, discont, axis, period=period)
+    p = as_operand(p)
+    if p.dtype.kind != "f":
+        raise NotSupportedError(f"np.unwrap of {p.dtype.name} arrays is not supported on traced values; "
+                                f"cast them to a float dtype{where()}")
+    nd = _ndim(p)
+    axis = norm_axis(axis, nd)
+    discont = period / 2 if discont is None else max(discont, period / 2)
+    dd = diff(p, axis=axis)
+    half = period / 2
+    ddmod = remainder(dd + half, period) - half
+    # NumPy maps a jump of exactly +half to +half, not -half
+    ddmod = where_(logical_and(equal(ddmod, -half), greater(dd, 0)), half, ddmod)
+    correct = where_(less(absolute(dd), discont), 0.0, ddmod - dd)
+    head = getitem(p, _along(axis, nd, slice(0, 1)))
+    return concatenate([head, getitem(p, _along(axis, nd, slice(1, None))) + cumsum(correct, axis=axis)],
+                       axis=axis)

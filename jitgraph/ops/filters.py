@@ -13,12 +13,11 @@ order (fftconvolve through FFTs, uniform_filter1d as a running sum). Float input
 scipy.signal; scipy.ndimage computes in float64 and converts to the input's dtype, as SciPy
 does (integers truncated).
 
-`install()` puts the wrappers into scipy.signal and scipy.ndimage once those modules are
-imported (a trace's start calls it): a call with a traced value among its arguments runs
+The wrappers go into scipy.signal and scipy.ndimage once those modules are imported
+(`special.library_functions`): a call with a traced value among its arguments runs
 the version here, any other SciPy's own. SciPy's modules are never imported here.
 """
 import builtins
-import sys
 
 import numpy as np
 
@@ -30,7 +29,7 @@ from .contract import tensordot
 from .control import scan
 from .index import getitem
 from .shape import concatenate, moveaxis
-from .special import install_wrappers
+from .special import library_functions
 
 
 def _traced(*xs):
@@ -363,16 +362,5 @@ NDIMAGE_FUNCTIONS = {"correlate": ndimage_correlate, "convolve": ndimage_convolv
                      "convolve1d": convolve1d, "gaussian_filter": gaussian_filter,
                      "gaussian_filter1d": gaussian_filter1d, "uniform_filter": uniform_filter,
                      "uniform_filter1d": uniform_filter1d}
-_MODULES = {"scipy.signal": SIGNAL_FUNCTIONS, "scipy.ndimage": NDIMAGE_FUNCTIONS}
-_INSTALLED = set()
-
-
-def install():
-    """Put the wrappers into scipy.signal and scipy.ndimage, each once it has been imported."""
-    for name, functions in _MODULES.items():
-        if name not in _INSTALLED and name in sys.modules:
-            install_wrappers(sys.modules[name], functions)
-            _INSTALLED.add(name)
-
-
-install()       # (modules imported before jitgraph; the others when a trace starts)
+library_functions("scipy.signal", SIGNAL_FUNCTIONS)
+library_functions("scipy.ndimage", NDIMAGE_FUNCTIONS)

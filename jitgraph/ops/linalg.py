@@ -51,6 +51,7 @@ from .elementwise import (absolute, add, divide, equal, exp, multiply, not_equal
 from .products import dot, matmul
 from .reduce import amax, amin, sum
 from .registry import implements, register
+from .index import getitem
 from .shape import concatenate, expand_dims, moveaxis
 from .special import install_wrappers
 
@@ -1360,11 +1361,112 @@ def scipy_norm(a, ord=None, axis=None, keepdims=False, check_finite=True):
     return norm(a, ord=ord, axis=axis, keepdims=keepdims)
 
 
+def _first_axis_values(x):
+    """A constructor's 1-d operand (SciPy's toeplitz/hankel/circulant ravel theirs)."""
+    x = as_operand(x)
+    return reshape(x, (-1,)) if len(shape_of(x)) != 1 else x
+
+
+def _gathered(values, index):
+    """values[index] for a constant integer index array (a gather; its adjoint a scatter-add)."""
+    return getitem(values, np.asarray(index, dtype=np.intp))
+
+
+def scipy_toeplitz(c, r=None):
+    """scipy.linalg.toeplitz: T[i, j] = c[i - j] for i >= j, r[j - i] above the diagonal
+    (r defaults to c; r[0] is ignored)."""
+    c = _first_axis_values(c)
+    r = c if r is None else _first_axis_values(r)
+    m, n = shape_of(c)[0], shape_of(r)[0]
+    dt = np.result_type(c.dtype, r.dtype)
+    values = concatenate([cast(c, dt)[::-1], cast(r, dt)[1:]])
+    i, j = np.ogrid[:m, :n]
+    return _gathered(values, m - 1 - i + j)
+
+
+def scipy_circulant(c):
+    """scipy.linalg.circulant: C[i, j] = c[(i - j) mod n]."""
+    c = _first_axis_values(c)
+    n = shape_of(c)[0]
+    i, j = np.ogrid[:n, :n]
+    return _gathered(c, (i - j) % n)
+
+
+def scipy_hankel(c, r=None):
+    """scipy.linalg.hankel: H[i, j] = c[i + j] while i + j < len(c), then r[i + j - len(c) + 1]
+    (r defaults to zeros; r[0] is ignored)."""
+    c = _first_axis_values(c)
+    m = shape_of(c)[0]
+    if r is None:
+        r = np.zeros(m, c.dtype)
+    r = _first_axis_values(r)
+    n = shape_of(r)[0]
+    dt = np.result_type(c.dtype, r.dtype)
+    values = concatenate([cast(c, dt), cast(r, dt)[1:]])
+    i, j = np.ogrid[:m, :n]
+    return _gathered(values, i + j)
+
+
+def scipy_block_diag(*arrs):
+    """scipy.linalg.block_diag: the arrays (scalars and 1-d arrays as single rows) on the
+    diagonal of a zero matrix."""
+    blocks = []
+    for a in arrs:
+        a = as_operand(a)
+        nd = len(shape_of(a))
+        if nd > 2:
+            raise ValueError(f"arguments in the following positions have dimension greater than 2: "
+                             f"{[k for k, x in enumerate(arrs) if np.ndim(x) > 2]}")
+        blocks.append(reshape(a, (1, -1)) if nd < 2 else a)
+    if not blocks:
+        return np.empty((1, 0))
+    dt = np.result_type(*(b.dtype for b in blocks))
+    widths = [shape_of(b)[1] for b in blocks]
+    total = builtins.sum(widths)
+    rows, left = [], 0
+    for b, w in zip(blocks, widths):
+        h = shape_of(b)[0]
+        parts = [np.zeros((h, left), dt), cast(b, dt), np.zeros((h, total - left - w), dt)]
+        rows.append(concatenate(parts, axis=1))
+        left += w
+    return concatenate(rows, axis=0)
+
+
+@implements(np.linalg.tensorsolve)
+def tensorsolve(a, b, axes=None):
+    """np.linalg.tensorsolve: x with tensordot(a, x, x.ndim) = b, as one solve of the
+    flattened square system."""
+    a, b = as_operand(a), as_operand(b)
+    an, bn = len(shape_of(a)), len(shape_of(b))
+    if axes is not None:
+        order = [k for k in range(an) if k not in [norm_axis(k, an) for k in axes]]
+        a = moveaxis(a, [norm_axis(k, an) for k in axes], list(range(len(order), an)))
+    old = tuple(shape_of(a))[bn:]
+    n = int(np.prod(old))
+    if int(np.prod(shape_of(a))) != n * n:
+        raise LinAlgError("Input arrays must satisfy the requirement prod(a.shape[b.ndim:]) == "
+                          "prod(a.shape[:b.ndim])")
+    return reshape(solve(reshape(a, (n, n)), reshape(b, (n,))), old)
+
+
+@implements(np.linalg.tensorinv)
+def tensorinv(a, ind=2):
+    """np.linalg.tensorinv: the inverse of a as a matrix of its first `ind` axes by the rest."""
+    a = as_operand(a)
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    s = tuple(shape_of(a))
+    n = int(np.prod(s[ind:]))
+    return reshape(inv(reshape(a, (n, -1))), s[ind:] + s[:ind])
+
+
 SCIPY_FUNCTIONS = {"solve_triangular": scipy_solve_triangular, "cholesky": scipy_cholesky,
                    "cho_factor": scipy_cho_factor, "cho_solve": scipy_cho_solve,
                    "solve": scipy_solve, "inv": scipy_inv, "det": scipy_det, "eigh": scipy_eigh,
                    "eigvalsh": scipy_eigvalsh, "svd": scipy_svd, "svdvals": scipy_svdvals,
-                   "qr": scipy_qr, "pinv": scipy_pinv, "lstsq": scipy_lstsq, "norm": scipy_norm, "expm": scipy_expm}
+                   "qr": scipy_qr, "pinv": scipy_pinv, "lstsq": scipy_lstsq, "norm": scipy_norm, "expm": scipy_expm,
+                   "toeplitz": scipy_toeplitz, "circulant": scipy_circulant, "hankel": scipy_hankel,
+                   "block_diag": scipy_block_diag}
 
 
 def install_scipy():

@@ -4,10 +4,12 @@ The functions of `scipy.special` that are NumPy ufuncs (`expit`, `erf`, `gammaln
 reach jitgraph through `__array_ufunc__` like NumPy's own: each is one elementwise
 primitive here, with its scalar expression (the special functions Numba's math lacks
 come from `codegen/mathlib.py`, on the CPU and, compiled from the same source, on the
-GPU; ndtri, erfcx and exprel are expressions of the scalar language itself), its SciPy
-reference implementation and its derivative. A few (kl_div, rel_entr, the Huber losses,
-the Box-Cox transforms) are composites of primitives, evaluated in float64 as SciPy's
-loops are. Ufuncs of scipy.special without an implementation here are refused by name.
+GPU; ndtri, erfcx, exprel and the modified Bessel functions i0, i0e, i1, i1e, k0, k0e, k1, k1e
+are expressions of the scalar language itself), its SciPy reference implementation and its
+derivative (np.i0, NumPy's Python function, is scipy.special.i0 on traced values). A few
+(kl_div, rel_entr, the Huber losses, the Box-Cox transforms) are composites of primitives,
+evaluated in float64 as SciPy's loops are. Ufuncs of scipy.special without an implementation
+here are refused by name.
 
 `logsumexp`, `softmax`, `log_softmax` and `polygamma` are Python functions that convert
 their arguments with NumPy; `install()` replaces them in the `scipy.special` module by
@@ -15,7 +17,10 @@ wrappers that run jitgraph's versions when a traced value is among the arguments
 SciPy's function otherwise. (A name bound with `from scipy.special import logsumexp`
 before the wrappers were installed still refers to SciPy's function.)
 """
+import fractions
 import functools
+import math
+import sys
 
 import numpy as np
 import scipy.special as sc
@@ -52,9 +57,11 @@ def loop_dtype(ufunc, xs):
     return np.dtype(ufunc.resolve_dtypes(key + (None,))[-1])
 
 
-def _special_prim(name, arity, expr, vjp, onnx="ONNX has no operator for it", **kw):
+def _special_prim(name, arity, expr, vjp, onnx="ONNX has no operator for it", in_float64=False, **kw):
     """A scipy.special ufunc as an elementwise primitive. ONNX: its export_expr, an emitter in
-    jitgraph/onnx_export.py (onnx=None), or the reason it has none."""
+    jitgraph/onnx_export.py (onnx=None), or the reason it has none. `in_float64`: the primitive
+    computes in float64 only (its expression needs no float64() conversions), its float32 results
+    rounded from float64 ones, as SciPy's float32 loops of the function compute in double."""
     ufunc = getattr(sc, name)
     mark = None if kw.get("export_expr") or onnx is None else f"scipy.special.{name}: {onnx}"
     elementwise_prim(name, expr, ufunc, vjp, float_same, onnx=mark, **kw)
@@ -63,7 +70,10 @@ def _special_prim(name, arity, expr, vjp, onnx="ONNX has no operator for it", **
     def f(*xs):
         if len(xs) != arity:
             raise TypeError(f"scipy.special.{name} takes {arity} arguments, got {len(xs)}{where()}")
-        return elementwise(name, *xs, dtype=loop_dtype(ufunc, xs))
+        dt = loop_dtype(ufunc, xs)
+        if in_float64 and dt != np.float64:
+            return cast(elementwise(name, *xs, dtype=np.float64), dt)
+        return elementwise(name, *xs, dtype=dt)
     f.__name__ = f.__qualname__ = name
     return f
 
@@ -172,6 +182,138 @@ def _erfcx_expr():
 
 erfcx = _special_prim("erfcx", 1, _erfcx_expr(), (lambda g, out, x: g * (2.0 * x * out - TWO_SQRT_PI),),
                       onnx="ONNX has no erfc (an Erf formula loses every digit for x > 0)")
+
+
+# ---- modified Bessel functions ----------------------------------------------------------------------------
+# Computed in float64 for float32 too (in_float64), as SciPy's float32 loops do. I_nu for |x| <= 12 by
+# its power series, whose terms are all positive: I0 = sum_k y^k / k!^2, I1 = x/2 sum_k y^k / (k! (k+1)!),
+# y = x^2 / 4 (27 terms: 1e-18 at 12). K_nu for 0 < x <= 1 by A&S 9.6.13 and 9.6.11 with
+# L = log(x / 2) + gamma and H_k the harmonic numbers: K0 = -L I0 + sum_k>=1 H_k y^k / k!^2,
+# K1 = 1/x + L I1 - x/4 sum_k>=0 (H_k + H_k+1) y^k / (k! (k+1)!) (12 terms: 1e-19 at 1; the sums
+# would cancel 3 digits at 2, none at 1). Beyond, e^-|x| sqrt|x| I_nu (|x| > 12) and e^x sqrt(x) K_nu
+# (x > 1) are polynomials in t = 24/|x| - 1 (of degree 17) and t = 2/x - 1 (degree 31): Chebyshev
+# interpolants over all of (12, inf) and (1, inf), computed with mpmath at 50 digits, in the
+# monomial basis, where the sums of the |coefficients| are within 2% of their values at t = -1 (x =
+# inf), so Horner's rule loses nothing (1 ulp). As SciPy: I0 and I1 overflow where e^|x| does
+# (from 709.78; the fit's value is below 1/2, so no order of the product overflows sooner) and are
+# NaN at +-inf (e^inf / sqrt(inf)); K is NaN for x < 0, inf at +-0, and underflows with e^-x.
+_I_FIT = (
+    (0.4010710650668474, 0.0021821681721169426, 5.598482533364579e-05, 2.797707018723217e-06,
+     2.1716050330438626e-07, 2.3688437138529013e-08, 3.4434288960480876e-09, 6.480594489084545e-10,
+     1.5625009897783602e-10, 4.793431885757478e-11, 1.86786960871825e-11, 1.1567225133595174e-11,
+     8.731478514943598e-12, 1.160616007503719e-12, -4.776314955436403e-12, -2.643642822555006e-12,
+     6.513895669865593e-13, 5.651639972768679e-13),
+    (0.39262449420411655, -0.006405453603482373, -9.124755355074322e-05, -3.827951354766477e-06,
+     -2.726845483614065e-07, -2.8253705687513596e-08, -3.967546482654758e-09, -7.281746097010025e-10,
+     -1.7218260229843336e-10, -5.200740998856461e-11, -1.995906955937782e-11, -1.2179489345971289e-11,
+     -9.241888378982641e-12, -1.3598828015317703e-12, 4.949031304204529e-12, 2.7950069920716694e-12,
+     -6.631028143987137e-13, -5.901323139685153e-13))
+_K_FIT = (
+    (1.1901571834152027, -0.052279011491757815, 0.00806738654837646, -0.0019084014862549323,
+     0.000569239888071041, -0.00019727982151060316, 7.608266876993985e-05, -3.181478532361619e-05,
+     1.4181438734805009e-05, -6.659255387847134e-06, 3.267660229031733e-06, -1.6632563954211314e-06,
+     8.615308067039192e-07, -4.631497497824284e-07, 3.157082012666388e-07, -1.8798921780075736e-07,
+     -9.48666769646887e-08, 8.250536185290395e-08, 4.587240239818765e-07, -3.336853793275968e-07,
+     -7.261567971800021e-07, 5.353669405614478e-07, 9.14598109250296e-07, -6.718701210881975e-07,
+     -7.865960043326464e-07, 5.779135428976599e-07, 4.574182615615955e-07, -3.3557820589409827e-07,
+     -1.5957778044808175e-07, 1.1694322027882922e-07, 2.615966984471053e-08, -1.9114064072754094e-08),
+    (1.4615569735231244, 0.1879789065457187, -0.01585285456598806, 0.003112006645603092,
+     -0.0008443927410758253, 0.0002760388409426186, -0.00010227196388846232, 4.1523137243087766e-05,
+     -1.8092612665926288e-05, 8.342834958953014e-06, -4.0329228462429105e-06, 2.0272397584928273e-06,
+     -1.0404064824844836e-06, 5.543798063523467e-07, -3.688799303916287e-07, 2.1759799265517333e-07,
+     9.614027603325258e-08, -8.574556153653085e-08, -5.009267961434374e-07, 3.636083908547871e-07,
+     7.891296819841184e-07, -5.811655322772845e-07, -9.95141923525979e-07, 7.300929605704825e-07,
+     8.558027770114144e-07, -6.279736495108733e-07, -4.97888516897262e-07, 3.647992504961002e-07,
+     1.737529550394376e-07, -1.271668162414002e-07, -2.850932126969143e-08, 2.0802812688029366e-08))
+_BESSEL_Y = "(0.25 * {0} * {0})"
+_BESSEL_ONNX = "ONNX has no operator for it (its series are beyond an export expression)"
+
+
+def _bessel_series(nu, harmonic=False, terms=27):
+    """The coefficients 1 / (k! (k+nu)!), or (H_k + H_k+nu) / (k! (k+nu)!), k = 0, 1, ...: exact, then
+    rounded."""
+    h = [fractions.Fraction(0)]
+    for k in range(1, terms + 2):
+        h.append(h[-1] + fractions.Fraction(1, k))
+    return [float((h[k] + h[k + nu] if harmonic else 1) / (math.factorial(k) * math.factorial(k + nu)))
+            for k in range(terms)]
+
+
+def _bessel_i_expr(nu, scaled):
+    small = _horner(_bessel_series(nu), _BESSEL_Y)
+    if nu == 1:
+        small = f"0.5 * {{0}} * {small}"
+    fit = f"{_horner(_I_FIT[nu], '(24.0 / abs({0}) - 1.0)')} / sqrt(abs({{0}}))"
+    if scaled:
+        small = f"exp(-abs({{0}})) * {small}"
+    else:
+        fit = f"exp(abs({{0}})) * {fit}"
+    if nu == 1:
+        fit = f"(1.0 if {{0}} > 0 else -1.0) * {fit}"
+    return f"{small} if abs({{0}}) <= 12.0 else {fit}"
+
+
+def _bessel_k_expr(nu, scaled):
+    y = _BESSEL_Y
+    L = "(log({0}) - 0.11593151565841245)"     # log(x / 2) + gamma (x / 2 would be 0 at 5e-324)
+    if nu == 0:
+        small = (f"0.5 * {y} * {_horner(_bessel_series(0, True, 12)[1:], y)} - "
+                 f"{L} * {_horner(_bessel_series(0, terms=12), y)}")
+    else:
+        small = (f"1.0 / {{0}} + 0.5 * {{0}} * ({L} * {_horner(_bessel_series(1, terms=12), y)} - "
+                 f"0.5 * {_horner(_bessel_series(1, True, 12), y)})")
+    fit = f"{_horner(_K_FIT[nu], '(2.0 / {0} - 1.0)')} / sqrt({{0}})"
+    if scaled:
+        small = f"exp({{0}}) * ({small})"
+    else:
+        fit = f"exp(-{{0}}) * {fit}"
+    # (NaN and inf by name: Python's math, which the GPU's source runs as, raises at log(0) and 1/0)
+    return f"(1e999 - 1e999) if {{0}} < 0.0 else (1e999 if {{0}} == 0.0 else ({small} if {{0}} <= 1.0 else {fit}))"
+
+
+def _i1_prime_series(x):
+    # I1'(x) = sum_k (2k + 1) y^k / (2 k! (k + 1)!), y = x^2 / 4: to 1e-18 for |x| < 0.1 (where
+    # I0 - I1 / x, differentiated again, would lose digits to cancellation)
+    y = 0.25 * (x * x)
+    coefs = [(2 * k + 1) / 2 * c for k, c in enumerate(_bessel_series(1, terms=6))]
+    s = coefs[-1]
+    for c in reversed(coefs[:-1]):
+        s = s * y + c
+    return s
+
+
+def _i1_grad(g, out, x):
+    # I1' = I0 - I1 / x (1/2 at 0)
+    small = ew.absolute(x) < 0.1
+    return g * ew.where_(small, _i1_prime_series(x), i0(x) - out / _safe(small, 1.0, x))
+
+
+def _i1e_grad(g, out, x):
+    # I1e' = I0e - I1e (sign(x) + 1/x) = e^-|x| I1' - sign(x) I1e (1/2 at 0)
+    small = ew.absolute(x) < 0.1
+    near = ew.exp(-ew.absolute(x)) * _i1_prime_series(x)
+    return g * (ew.where_(small, near, i0e(x) - out / _safe(small, 1.0, x)) - ew.sign(x) * out)
+
+
+def _bessel(name, expr, vjp):
+    return _special_prim(name, 1, expr, (vjp,), onnx=_BESSEL_ONNX, in_float64=True)
+
+
+i0 = _bessel("i0", _bessel_i_expr(0, False), lambda g, out, x: g * i1(x))
+i0e = _bessel("i0e", _bessel_i_expr(0, True), lambda g, out, x: g * (i1e(x) - ew.sign(x) * out))
+i1 = _bessel("i1", _bessel_i_expr(1, False), _i1_grad)
+i1e = _bessel("i1e", _bessel_i_expr(1, True), _i1e_grad)
+k0 = _bessel("k0", _bessel_k_expr(0, False), lambda g, out, x: -(g * k1(x)))
+k0e = _bessel("k0e", _bessel_k_expr(0, True), lambda g, out, x: g * (out - k1e(x)))
+k1 = _bessel("k1", _bessel_k_expr(1, False), lambda g, out, x: -(g * (k0(x) + out / x)))
+k1e = _bessel("k1e", _bessel_k_expr(1, True), lambda g, out, x: g * (out * (1.0 - 1.0 / x) - k0e(x)))
+
+
+@implements(np.i0)
+def np_i0(x):
+    """np.i0 (NumPy's Python function) on a traced value: scipy.special.i0, float32 for float32 and
+    float64 for integers as NumPy's (whose float32 values round a float32 exp: a few ulps off)."""
+    return i0(x)
 
 
 # ---- gamma and beta functions -------------------------------------------------------------------------
@@ -529,6 +671,28 @@ def install_wrappers(module, functions):
                 f"jitgraph supports {full} when it is called through the module "
                 f"({full}(...)); a name imported from it before jitgraph was imported "
                 f"still refers to SciPy's function")
+
+
+# a SciPy module's name -> {function name: the version for traced arguments}, installed into the
+# module once it has been imported (jitgraph never imports scipy.signal, scipy.spatial, ...)
+LIBRARY_FUNCTIONS = {}
+_INSTALLED_MODULES = set()
+
+
+def library_functions(module_name, functions):
+    """Register jitgraph's versions of Python functions of SciPy module `module_name`; they are
+    installed by `install_imported` (now, if the module is imported already)."""
+    LIBRARY_FUNCTIONS.setdefault(module_name, {}).update(functions)
+    install_imported()
+
+
+def install_imported():
+    """Install the registered functions of every registered module imported so far (once each).
+    Called when a trace or an eager tape starts, and by an import hook (ops/stats.py)."""
+    for name, functions in LIBRARY_FUNCTIONS.items():
+        if name not in _INSTALLED_MODULES and name in sys.modules:
+            install_wrappers(sys.modules[name], functions)
+            _INSTALLED_MODULES.add(name)
 
 
 def install():

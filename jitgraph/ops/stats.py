@@ -38,7 +38,7 @@ import scipy.special as sc
 from ..core import Tensor
 from ..errors import NotSupportedError, is_library_frame
 from ..numpy_api import as_operand, broadcast_shapes, broadcast_to, cast, reshape, result_dtype, shape_of
-from . import filters, special
+from . import distance, filters, integrate, special  # noqa: F401  (they register SciPy functions)
 from .special import has_tensor
 
 LOG_SQRT_2PI = 0.9189385332046728
@@ -743,20 +743,22 @@ def _install_distributions():
 
 
 _INSTALLED = []
-_WATCHED = ("scipy.stats", "scipy.signal", "scipy.ndimage")
+def _watched(name):
+    return name == "scipy.stats" or name in special.LIBRARY_FUNCTIONS
 
 
 class _InstallOnImport(importlib.abc.MetaPathFinder):
-    """Installs the wrappers as soon as one of `_WATCHED` has been imported, so that a name
-    imported from it after jitgraph (`from scipy.signal import convolve2d`) is jitgraph's
-    wrapper, not SciPy's function, even before the first trace. Only the loader of those
-    modules is wrapped; a failure to install never fails SciPy's import."""
+    """Installs the wrappers as soon as scipy.stats or a module with functions registered by
+    `special.library_functions` (scipy.signal, scipy.spatial.distance, ...) has been imported,
+    so that a name imported from it after jitgraph (`from scipy.signal import convolve2d`) is
+    jitgraph's wrapper, not SciPy's function, even before the first trace. Only the loader of
+    those modules is wrapped; a failure to install never fails SciPy's import."""
 
     def __init__(self):
         self.finding = set()
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _WATCHED or name in self.finding:
+        if not _watched(name) or name in self.finding:
             return None
         self.finding.add(name)
         try:
@@ -791,9 +793,10 @@ def install():
     """Install jitgraph's versions of SciPy's Python functions that convert their arguments:
     scipy.special's logsumexp/softmax/log_softmax/polygamma and, once scipy.stats has been
     imported, the methods of its distributions and scipy.stats.entropy. Called when a trace or
-    an eager tape starts; SciPy's modules are never imported here. scipy.signal's and
-    scipy.ndimage's convolutions and filters likewise (`filters.py`)."""
-    filters.install()
+    an eager tape starts; SciPy's modules are never imported here. The functions registered by
+    `special.library_functions` (scipy.signal, scipy.ndimage, scipy.spatial.distance,
+    scipy.integrate) likewise."""
+    special.install_imported()
     if _INSTALLED:
         return
     special.install()
@@ -803,6 +806,5 @@ def install():
         _INSTALLED.append(True)
 
 
-if not all(name in sys.modules for name in _WATCHED):
-    sys.meta_path.insert(0, _InstallOnImport())
+sys.meta_path.insert(0, _InstallOnImport())
 install()

@@ -116,3 +116,6 @@ op("reshape-order-F", lambda x: x.reshape(3, 4, order="F") @ np.ravel(x, order="
 op("ndarray.flat", lambda x: x.flat[[1, 4]] * x.flat[2], ((2, 3),))
 nondiff("np.digitize", lambda x: np.digitize(x, [-1.0, 0.0, 0.5]) + np.digitize(x, [1.0, 0.0], right=True)
         + np.digitize(x, np.sort(x.ravel())[1:3]).sum(), ((3, 4),))
+op("np.insert", lambda x: np.insert(x, [1, 3, 3], x[0, :3] * 2.0, axis=1)[:, :5] + np.insert(x, 2, 0.5)[:5]
+   + np.insert(x, 1, x[:, 0], axis=1)[:, :5], ((3, 4),))
+op("np.unwrap", lambda x: np.unwrap(x * 4.0, axis=1) + np.unwrap(x * 40.0, period=30.0, axis=0), ((3, 4),))

@@ -199,3 +199,10 @@ op("linalg.matrix_rank", lambda a: a * np.linalg.matrix_rank(a) + a * np.linalg.
 op("scipy.linalg.expm", lambda a: sla.expm(a), ((3, 3),), ((2, 2, 2),))
 op("scipy.linalg.expm-scaled", lambda a: sla.expm(4.0 * a) * 0.01 + sla.expm(np.zeros((2, 2), a.dtype) + a[:2, :2]).sum(),
    ((3, 3),))
+op("scipy.linalg.toeplitz-circulant-hankel", lambda c, r: sla.toeplitz(c, r)[:, :3] + sla.toeplitz(c)[:, 1:]
+   + sla.circulant(c)[:, :3] * 0.5 + sla.hankel(c)[:, :3] - sla.hankel(c, r)[:, 2:], ((4,), (5,)))
+op("scipy.linalg.block_diag", lambda a, b, c: sla.block_diag(a, b, c, 2.0), ((2, 3), (1, 2), (3,)))
+op("linalg.tensorsolve", lambda a, b: np.linalg.tensorsolve(wc(a.reshape(6, 6)).reshape(2, 3, 6), b), ((2, 3, 6), (2, 3)))
+op("linalg.tensorsolve-axes", lambda a, b: np.linalg.tensorsolve(wc(a.reshape(6, 6)).reshape(6, 2, 3), b, axes=(0,)),
+   ((6, 2, 3), (2, 3)))
+op("linalg.tensorinv", lambda a: np.linalg.tensorinv(wc(a.reshape(6, 6)).reshape(3, 2, 6), ind=2), ((3, 2, 6),))

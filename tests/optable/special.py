@@ -54,6 +54,21 @@ op("ndtri-tails", lambda x: sc.ndtri(np.exp(x * 20.0 - 30.0)) + sc.ndtri(1.0 - n
 op("erfcx", lambda x: sc.erfcx(x * 3.0), *UNARY_SHAPES)
 op("erfcx-large", lambda x: sc.erfcx(x * 4.0 + 12.0) * 10.0, ((5,),), domain="unit")
 op("exprel", lambda x: sc.exprel(x * 3.0) + sc.exprel(x * 1e-3), ((2, 3),))
+op("i0", lambda x: sc.i0(x * 4.0), *UNARY_SHAPES)
+op("i0e", lambda x: sc.i0e(x * 4.0), *UNARY_SHAPES)
+# (with an i0 / i0e term, as in the gammaln rows: I1's derivative uses I0)
+op("i1", lambda x: sc.i1(x * 4.0) + sc.i0(x), *UNARY_SHAPES)
+op("i1e", lambda x: sc.i1e(x * 4.0) + sc.i0e(x), *UNARY_SHAPES)
+# (the fit beyond |x| = 12, either sign; I1's derivative near 0 by its series)
+op("i0-i1-large", lambda x: sc.i0(x * 10.0 + 25.0) * 1e-12 + sc.i1(x * 10.0 - 25.0) * 1e-12
+   + sc.i0e(x * 30.0 - 60.0) + sc.i1e(x * 30.0 + 60.0) + sc.i1(x * 0.05) + sc.i1e(x * 0.05), ((5,),), domain="unit")
+op("np.i0", lambda x: np.i0(x * 3.0), ((5,),), ((2, 3),))
+# (K0 and K1 together: each one's derivative uses the other; either side of x = 1, where the series
+# give way to the fit, and far out)
+op("k0-k1", lambda x: sc.k0(x * 0.8) + sc.k1(x * 1.5), *UNARY_SHAPES, domain="positive")
+op("k0e-k1e", lambda x: sc.k0e(x * 0.8) + sc.k1e(x * 1.5), *UNARY_SHAPES, domain="positive")
+op("k-large", lambda x: sc.k0(x * 10.0 + 20.0) * 1e9 + sc.k1(x * 5.0 + 30.0) * 1e13 + sc.k0e(x * 100.0 + 300.0)
+   + sc.k1e(x * 0.3 + 0.3), ((5,),), domain="unit")
 op("kl_div", lambda x, y: sc.kl_div(x, y), ((3, 4), (3, 4)), ((3, 1), (1, 4)), ((), (3,)), domain="positive")
 op("rel_entr", lambda x, y: sc.rel_entr(x, y * 3.0), ((3, 4), (3, 4)), ((3, 4), (4,)), domain="positive")
 op("huber", lambda d, r: sc.huber(d, r) + sc.pseudo_huber(d, r * 2.0), ((3, 4), (3, 4)), ((4,), (3, 4)),
