@@ -25,7 +25,7 @@ from .graph import Graph, Node
 from .ops import control as _control, elementwise as _elementwise, index as _index  # noqa: F401
 from .ops import products as _products, reduce as _reduce, shape as _shape  # noqa: F401
 from .ops import arrange as _arrange, contract as _contract, linalg as _linalg, order as _order  # noqa: F401
-from .ops import special as _special, stats as _stats  # noqa: F401
+from .ops import fft as _fft, masked as _masked, special as _special, stats as _stats  # noqa: F401
 from .ops.control import cond, fori_loop, scan, while_loop
 from .ops.elementwise import sigmoid, stop_gradient
 from .ops.reduce import log_softmax, logsumexp, softmax

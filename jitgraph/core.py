@@ -777,6 +777,10 @@ class EagerBox(Tensor):
         return self._refuse_array
 
     def _refuse_array(self, dtype=None, copy=None):
+        if np.asarray(self.value).dtype.kind in "biu":
+            # no gradient flows through booleans and integers: a NumPy array indexed by a
+            # recorded mask (const[x > 0]) or index array converts it
+            return np.asarray(self.value, dtype=dtype)
         _refuse_library_conversion()
         hint = array_method_hint() or "; use jitgraph/NumPy operations on it, or .item() for a Python scalar"
         raise JitgraphError(

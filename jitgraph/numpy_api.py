@@ -407,8 +407,21 @@ def _fresh(result, args):
     return result
 
 
+def _is_complex(x):
+    return isinstance(x, (complex, np.complexfloating)) or (isinstance(x, np.ndarray) and x.dtype.kind == "c")
+
+
+def _deferred(xs):
+    """Is one of xs an object whose own protocols take precedence (ops/masked.py's selections)?"""
+    return any(getattr(type(x), "__jitgraph_defer__", False) for x in xs)
+
+
 @method("__array_ufunc__")
 def apply_ufunc(ufunc, how, inputs, kwargs):
+    if _deferred(inputs):
+        return NotImplemented
+    if how == "__call__" and any(_is_complex(x) for x in inputs) and "complex_ufunc" in METHODS:
+        return METHODS["complex_ufunc"](ufunc, inputs, kwargs)      # ops/fft.py: pairs of real arrays
     name = f"np.{ufunc.__name__}"
     out = kwargs.get("out")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
@@ -449,6 +462,8 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
 
 @method("__array_function__")
 def apply_function(func, args, kwargs):
+    if _deferred(args) or _deferred(kwargs.values()):
+        return NotImplemented
     fn = FUNCTIONS.get(func)
     if fn is None:
         raise NotSupportedError(f"{np_name(func)} is not supported{where()}")

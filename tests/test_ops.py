@@ -80,7 +80,9 @@ PROMOTES_TO_F64 = {"pow-np-float", "np.float_power", "concatenate-with-const", "
                    "cov-y-ddof", "cov-fweights-aweights", "cov-aweights-ddof0", "corrcoef", "corrcoef-xy-rowvar",
                    "ufunc.outer-multiply-dtype", "np.bincount traced ints", "np.polyval-const-x", "np.polyfit",
                    "np.polyfit-x-w", "scipy.linalg.inv-det", "linalg.matrix_rank",
-                   "np.nanpercentile", "np.quantile-methods"}   # (as NumPy: float64 results)
+                   "np.nanpercentile", "np.quantile-methods", "scipy.linalg.block_diag",
+                   "scipy.spatial.distance", "scipy.spatial.distance-cosine-euclid",
+                   "scipy.integrate", "np.fft-spectral", "np.fft-2d"}   # (as NumPy and SciPy: float64 results)
 
 
 @pytest.mark.parametrize("entry", TABLE, ids=_id)

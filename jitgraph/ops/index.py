@@ -25,6 +25,7 @@ from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift,
                          reshape, runtime_check, shape_of, transpose, view_of, write_into,
                          zeros_like)
 from .elementwise import add, equal, less, maximum, minimum, multiply, where_
+from .masked import MaskedSelection
 from .reduce import amax, amin
 from .registry import implements, method, register
 from .shape import ravel, slice_dims
@@ -110,7 +111,8 @@ register("scatter_set", "index", _scatter_set_abs, _scatter_set_impl,
 
 # ---- parsing an index ---------------------------------------------------------------------------
 _MASK_HELP = ("its result's shape depends on the data, which a compiled function must know when "
-              "it is traced; use np.where(mask, x, 0) with reductions (np.sum(np.where(mask, x, 0))), "
+              "it is traced; x[mask] followed by elementwise operations and reductions (np.sum(x[mask] ** 2)) "
+              "is supported, or use np.where(mask, x, 0) with reductions (np.sum(np.where(mask, x, 0))), "
               "or x[mask] = v written as x = np.where(mask, v, x)")
 
 
@@ -245,9 +247,25 @@ def _int_bounds(i, n, dim):
 # ---- x[key] -------------------------------------------------------------------------------------
 @method("getitem")
 def getitem(x, key):
-    """x[key]: basic indexing (a view), integer arrays and known boolean masks (a copy)."""
+    """x[key]: basic indexing (a view), integer arrays and known boolean masks (a copy); x[mask]
+    for a traced mask over leading axes is a `MaskedSelection` (ops/masked.py)."""
     x = as_operand(x)
-    return _getitem(x, _parse(tuple(shape_of(x)), key))
+    shape = tuple(shape_of(x))
+    items = _parse(shape, key, masks_allowed=True)
+    masks = [k for k in items if isinstance(k, _Mask)]
+    if not masks:
+        return _getitem(x, items)
+    if len(masks) > 1 or not isinstance(items[0], _Mask) or builtins.any(
+            not (isinstance(k, slice) and k.indices(n) == (0, n, 1))
+            for k, n in zip(items[1:], shape[len(masks[0].mask.shape):])):
+        raise NotSupportedError(f"indexing with a traced boolean mask is supported only alone (x[mask], "
+                                f"the mask over x's leading axes): {_MASK_HELP}{where()}")
+    mask = masks[0].mask
+    m = len(mask.shape)
+    if tuple(mask.shape) != shape[:m]:
+        raise IndexError(f"boolean index of shape {tuple(mask.shape)} does not match the indexed array's "
+                         f"shape {shape}{where()}")
+    return MaskedSelection(x, mask)
 
 
 def _basic_params(shape, items):

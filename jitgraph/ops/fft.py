@@ -1,0 +1,462 @@
+"""np.fft on traced values, with the complex arithmetic around it.
+
+jitgraph computes in real dtypes. A complex value in a traced program is a `ComplexPair`:
+its real and imaginary parts, two real arrays (traced or constant), standing for one complex
+array. np.fft's transforms of traced values return pairs; so do a Python complex number or a
+complex NumPy array meeting a traced value (`1j * k * np.fft.rfft(u)`, `np.exp(1j * theta)`).
+Pairs support the arithmetic of spectral methods and spectral losses: + - * / and integer
+powers, abs, real, imag, conj, angle, exp, log, square; sums and means; indexing, reshapes,
+transposes, rolls, flips, fftshift, concatenation, np.where; products with real or complex
+matrices (@, dot, tensordot, einsum with two operands); and every transform (fft, ifft, rfft,
+irfft, hfft, ihfft and their 2-d and n-d forms, with n/s, axes and norm). A traced program's
+result must be real: return abs, .real or .imag of a pair.
+
+A transform along an axis of length n is linear in the real and imaginary parts of its input,
+so it is a product with constant matrices: the transform of NumPy's own (pocketfft, so its
+conventions for n, norm and the ignored imaginary parts of irfft's first and last inputs) applied
+to the identity, computed once per (transform, lengths, norm, dtype). Gradients are then the
+adjoint products. The matrices are dense: O(n^2) work per transformed vector, fast through BLAS
+for the lengths of spectral methods and losses (up to 4,096 per axis here; longer ones are
+refused), where an FFT would be O(n log n).
+"""
+import builtins
+import functools
+
+import numpy as np
+
+from ..core import Tensor
+from ..errors import NotSupportedError, where
+from ..numpy_api import as_operand, cast, norm_axis, reshape, shape_of
+from . import elementwise as ew
+from . import reduce as rd
+from .contract import tensordot
+from .index import getitem
+from .products import dot, matmul
+from .registry import METHODS, implements
+from .shape import concatenate, moveaxis, transpose_
+
+MAX_LENGTH = 4096
+
+
+def _refuse(what):
+    raise NotSupportedError(f"{what} of a complex value is not supported on traced values (complex values "
+                            f"are pairs of real arrays here; see jitgraph/ops/fft.py for what is){where()}")
+
+
+def _float_dtype(*xs):
+    dts = [np.asarray(x).dtype if not isinstance(x, (Tensor, ComplexPair)) else x.dtype for x in xs
+           if not isinstance(x, (bool, int, float, complex))]
+    dt = np.result_type(*dts) if dts else np.dtype(np.float64)
+    if dt.kind == "c":
+        return np.dtype(np.float32) if dt == np.complex64 else np.dtype(np.float64)
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def split(x):
+    """(real part, imaginary part) of x: a pair, a complex number or array, or a real value
+    (imaginary part 0.0)."""
+    if isinstance(x, ComplexPair):
+        return x.re, x.im
+    if isinstance(x, (complex, np.complexfloating)):
+        return float(x.real), float(x.imag)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "c":
+        return np.ascontiguousarray(x.real), np.ascontiguousarray(x.imag)
+    return x, 0.0
+
+
+def is_complex(x):
+    return isinstance(x, (ComplexPair, complex, np.complexfloating)) or (
+        isinstance(x, np.ndarray) and x.dtype.kind == "c")
+
+
+def _zero(x):
+    return isinstance(x, float) and x == 0.0
+
+
+def _add(a, b):
+    return a if _zero(b) else b if _zero(a) else a + b
+
+
+def _sub(a, b):
+    return a if _zero(b) else -b if _zero(a) else a - b
+
+
+def _mul(f, a, b):
+    return 0.0 if _zero(a) or _zero(b) else f(a, b)
+
+
+def _bilinear(f, x, y):
+    """f(x, y) for f bilinear (multiply, matmul, tensordot) on complex operands."""
+    a, b = split(x)
+    c, d = split(y)
+    return pair(_sub(_mul(f, a, c), _mul(f, b, d)), _add(_mul(f, a, d), _mul(f, b, c)))
+
+
+def pair(re, im):
+    """A ComplexPair, with a zero imaginary part spelled out as zeros of re's shape."""
+    if _zero(im) and not isinstance(re, (int, float)):
+        im = ew.multiply(as_operand(re), 0.0) if isinstance(re, Tensor) else np.zeros_like(np.asarray(re, dtype=float))
+    if _zero(re) and not isinstance(im, (int, float)):
+        re = ew.multiply(as_operand(im), 0.0) if isinstance(im, Tensor) else np.zeros_like(np.asarray(im, dtype=float))
+    return ComplexPair(re, im)
+
+
+class ComplexPair:
+    """A complex array in a traced program: real part `re` and imaginary part `im`, real
+    arrays (Tensors or NumPy arrays) of one shape and float dtype."""
+
+    __jitgraph_defer__ = True
+    __array_priority__ = 2000
+
+    def __init__(self, re, im):
+        self.re, self.im = re, im
+
+    @property
+    def shape(self):
+        return tuple(shape_of(self.re))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self):
+        return self.shape[0]
+
+    @property
+    def dtype(self):
+        return np.dtype(np.complex64) if _float_dtype(self.re) == np.float32 else np.dtype(np.complex128)
+
+    @property
+    def real(self):
+        return self.re
+
+    @property
+    def imag(self):
+        return self.im
+
+    @property
+    def T(self):
+        return ComplexPair(transpose_(self.re), transpose_(self.im))
+
+    def conj(self):
+        return ComplexPair(self.re, -self.im)
+
+    conjugate = conj
+
+    def __array__(self, *args, **kwargs):
+        _refuse("conversion to a NumPy array (a traced program's result must be real: return abs, .real "
+                "or .imag)")
+
+    def __bool__(self):
+        _refuse("bool()")
+
+    def __getitem__(self, key):
+        return ComplexPair(getitem(self.re, key), getitem(self.im, key))
+
+    def reshape(self, *shape, order="C"):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return ComplexPair(reshape(self.re, shape, order=order), reshape(self.im, shape, order=order))
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None)
+        return ComplexPair(transpose_(self.re, axes), transpose_(self.im, axes))
+
+    def sum(self, axis=None, keepdims=False, **kw):
+        return ComplexPair(rd.sum(self.re, axis=axis, keepdims=keepdims), rd.sum(self.im, axis=axis, keepdims=keepdims))
+
+    def mean(self, axis=None, keepdims=False, **kw):
+        return ComplexPair(rd.mean(self.re, axis=axis, keepdims=keepdims), rd.mean(self.im, axis=axis, keepdims=keepdims))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None or "where" in kwargs:
+            _refuse(f"np.{ufunc.__name__}.{method}" if method != "__call__" else f"np.{ufunc.__name__} with out=")
+        return complex_ufunc(ufunc, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        handler = FUNCTIONS.get(func)
+        if handler is None:
+            _refuse(getattr(func, "__name__", str(func)))
+        return handler(*args, **kwargs)
+
+    def __neg__(self):
+        return ComplexPair(-self.re, -self.im)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return np.absolute(self)
+
+    def __repr__(self):
+        return f"ComplexPair(shape={self.shape}, dtype={self.dtype})"
+
+
+def _binary(ufunc, swap=False):
+    def op(self, other):
+        return ufunc(other, self) if swap else ufunc(self, other)
+    return op
+
+
+for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
+                      ("pow", np.power), ("matmul", np.matmul)]:
+    setattr(ComplexPair, f"__{_name}__", _binary(_ufunc))
+    setattr(ComplexPair, f"__r{_name}__", _binary(_ufunc, swap=True))
+ComplexPair.__hash__ = None
+
+
+def _power(x, p):
+    if isinstance(p, ComplexPair) or is_complex(p) or isinstance(p, Tensor) or not float(p).is_integer():
+        _refuse("a power other than a constant integer power")
+    p = int(p)
+    if p < 0:
+        return complex_ufunc(np.true_divide, (1.0, _power(x, -p)), {})
+    result, base = None, x
+    while p:
+        if p & 1:
+            result = base if result is None else _bilinear(ew.multiply, result, base)
+        p >>= 1
+        if p:
+            base = _bilinear(ew.multiply, base, base)
+    return pair(1.0 + ew.multiply(split(x)[0], 0.0), 0.0) if result is None else result
+
+
+def _divide(x, y):
+    a, b = split(x)
+    c, d = split(y)
+    if _zero(d):
+        return pair(a / c, 0.0 if _zero(b) else b / c)
+    den = c * c + d * d
+    return pair(_add(_mul(ew.multiply, a, c), _mul(ew.multiply, b, d)) / den,
+                _sub(_mul(ew.multiply, b, c), _mul(ew.multiply, a, d)) / den)
+
+
+def _exp(x):
+    a, b = split(x)
+    e = ew.exp(a)
+    return ComplexPair(e * ew.cos(b), e * ew.sin(b))
+
+
+def complex_ufunc(ufunc, inputs, kwargs):
+    """A ufunc with a complex operand (a pair, a complex number or array) among traced ones."""
+    if kwargs.get("out") is not None or builtins.any(k not in ("dtype",) for k in kwargs):
+        _refuse(f"np.{ufunc.__name__} with {sorted(kwargs)}")
+    if ufunc is np.add:
+        (a, b), (c, d) = split(inputs[0]), split(inputs[1])
+        return pair(_add(a, c), _add(b, d))
+    if ufunc is np.subtract:
+        (a, b), (c, d) = split(inputs[0]), split(inputs[1])
+        return pair(_sub(a, c), _sub(b, d))
+    if ufunc is np.multiply:
+        return _bilinear(ew.multiply, *inputs)
+    if ufunc is np.matmul:
+        return _bilinear(matmul, *inputs)
+    if ufunc in (np.true_divide, np.divide):
+        return _divide(*inputs)
+    if ufunc is np.power:
+        return _power(*inputs)
+    x = inputs[0]
+    a, b = split(x)
+    if ufunc is np.negative:
+        return pair(-a, -b if not _zero(b) else 0.0)
+    if ufunc is np.positive:
+        return x
+    if ufunc is np.conjugate:
+        return pair(a, -b if not _zero(b) else 0.0)
+    if ufunc is np.absolute:
+        return ew.hypot(a, b)
+    if ufunc is np.square:
+        return _bilinear(ew.multiply, x, x)
+    if ufunc is np.exp:
+        return _exp(x)
+    if ufunc is np.log:
+        return ComplexPair(ew.log(ew.hypot(a, b)), ew.arctan2(b, a))
+    _refuse(f"np.{ufunc.__name__}")
+
+
+# ---- array functions on pairs ---------------------------------------------------------------------
+def _parts(fn):
+    """An array function applied to the real and imaginary parts alike."""
+    def apply(x, *args, **kwargs):
+        a, b = split(x)
+        return pair(fn(a, *args, **kwargs), 0.0 if _zero(b) else fn(b, *args, **kwargs))
+    return apply
+
+
+def _real(x):
+    return split(x)[0]
+
+
+def _imag(x):
+    b = split(x)[1]
+    return ew.multiply(as_operand(split(x)[0]), 0.0) if _zero(b) else b
+
+
+def _angle(z, deg=False):
+    a, b = split(z)
+    r = ew.arctan2(b, a)
+    return r * (180.0 / np.pi) if deg else r
+
+
+def _concatenate(arrays, axis=0, **kw):
+    parts = [split(x) for x in arrays]
+    return pair(concatenate([as_operand(p[0]) for p in parts], axis=axis),
+                concatenate([pair(p[0], p[1]).im for p in parts], axis=axis))
+
+
+def _where(cond, x, y):
+    (a, b), (c, d) = split(x), split(y)
+    return pair(ew.where_(cond, a, c), ew.where_(cond, b, d))
+
+
+def _dot(a, b, out=None):
+    return _bilinear(dot, a, b)
+
+
+def _tensordot(a, b, axes=2):
+    return _bilinear(lambda x, y: tensordot(x, y, axes), a, b)
+
+
+def _einsum(subscripts, *operands, **kw):
+    if len(operands) != 2 or not isinstance(subscripts, str):
+        _refuse("np.einsum other than of two operands")
+    return _bilinear(lambda x, y: np.einsum(subscripts, x, y), *operands)
+
+
+def _shifted(x, axes, inverse):
+    a, b = split(x)
+    nd = len(shape_of(a))
+    axes = tuple(range(nd)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
+    shifts = [(-(shape_of(a)[ax] // 2) if inverse else shape_of(a)[ax] // 2) for ax in axes]
+    return pair(np.roll(a, shifts, axes), 0.0 if _zero(b) else np.roll(b, shifts, axes))
+
+
+# ---- transforms ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _matrices(kind, n_in, n, norm, dtype, complex_input):
+    """(from_re, from_im): the (n_in, n_out) complex matrices of np.fft.<kind> of length n applied
+    to unit real and unit imaginary inputs, as (real, imaginary) float arrays of `dtype`."""
+    fn = getattr(np.fft, kind)
+    eye = np.eye(n_in)
+    out = []
+    for unit in ((eye, 1j * eye) if complex_input else (eye,)):
+        t = fn(unit, n=n, axis=-1, norm=norm)
+        re = np.ascontiguousarray(np.real(t), dtype=dtype)
+        im = np.ascontiguousarray(np.imag(t), dtype=dtype) if np.iscomplexobj(t) else None
+        out.append((re, im))
+    return tuple(out)
+
+
+_COMPLEX_INPUT = {"fft": True, "ifft": True, "irfft": True, "hfft": True, "rfft": False, "ihfft": False}
+
+
+def _transform(kind, x, n=None, axis=-1, norm=None):
+    """np.fft.<kind>(x, n, axis, norm) of a traced x (real, or a pair)."""
+    if isinstance(n, Tensor) or isinstance(axis, Tensor):
+        raise NotSupportedError(f"np.fft.{kind} with a traced n or axis is not supported{where()}")
+    complex_input = _COMPLEX_INPUT[kind]
+    if not complex_input and is_complex(x):
+        raise TypeError(f"np.fft.{kind} of complex input: NumPy's {kind} takes real input")
+    a, b = split(x)
+    a = as_operand(a)
+    if a.dtype.kind not in "fc":
+        a = cast(a, np.float64)
+    nd = len(shape_of(a))
+    axis = norm_axis(axis, nd)
+    n_in = shape_of(a)[axis]
+    n_out = n if n is not None else (2 * (n_in - 1) if kind in ("irfft", "hfft") else n_in)
+    if n_out < 1:
+        raise ValueError(f"Invalid number of FFT data points ({n_out}) specified.")
+    if builtins.max(n_in, n_out) > MAX_LENGTH:
+        raise NotSupportedError(f"np.fft.{kind} of length {builtins.max(n_in, n_out)} is not supported on traced "
+                                f"values: jitgraph computes transforms as dense products, up to length "
+                                f"{MAX_LENGTH}{where()}")
+    dtype = _float_dtype(a, b)
+    mats = _matrices(kind, n_in, n, norm, dtype.str, complex_input)
+
+    def apply(v, m):
+        return moveaxis(matmul(moveaxis(cast(as_operand(v), dtype), axis, -1), m), -1, axis)
+
+    (pr, pi), = mats[:1]
+    re, im = apply(a, pr), (apply(a, pi) if pi is not None else 0.0)
+    if complex_input and not _zero(b):
+        qr, qi = mats[1]
+        re = re + apply(b, qr)
+        im = _add(im, apply(b, qi) if qi is not None else 0.0)
+    if kind in ("irfft", "hfft"):
+        return re          # a real result
+    return pair(re, im)
+
+
+def _one_d(kind):
+    def transform(a, n=None, axis=-1, norm=None, out=None):
+        if out is not None:
+            raise NotSupportedError(f"np.fft.{kind} with out= is not supported on traced values{where()}")
+        return _transform(kind, a, n, axis, norm)
+    transform.__name__ = kind
+    transform.__doc__ = f"np.fft.{kind} of a traced value (a dense product; see the module docstring)."
+    return transform
+
+
+def _axes_and_sizes(x, s, axes, last_default):
+    nd = len(shape_of(split(x)[0]))
+    if axes is None:
+        axes = tuple(range(nd - (len(s) if s is not None else nd), nd)) if last_default is None else last_default
+    axes = [norm_axis(a, nd) for a in axes]
+    sizes = list(s) if s is not None else [None] * len(axes)
+    if len(sizes) != len(axes):
+        raise ValueError("Shape and axes have different lengths.")
+    return axes, sizes
+
+
+def _n_d(kind, default_axes=None):
+    one = kind.rstrip("n2")         # fft2, fftn -> fft
+
+    def transform(a, s=None, axes=default_axes, norm=None, out=None):
+        if out is not None:
+            raise NotSupportedError(f"np.fft.{kind} with out= is not supported on traced values{where()}")
+        ax, sizes = _axes_and_sizes(a, s, axes, None)
+        if one in ("fft", "ifft"):
+            for axis, n in zip(ax, sizes):
+                a = _transform(one, a, n, axis, norm)
+            return a
+        if one == "rfft":         # the last axis real-to-complex, then the others complex
+            a = _transform("rfft", a, sizes[-1], ax[-1], norm)
+            for axis, n in zip(ax[:-1], sizes[:-1]):
+                a = _transform("fft", a, n, axis, norm)
+            return a
+        for axis, n in zip(ax[:-1], sizes[:-1]):       # irfftn: the others first, then the last
+            a = _transform("ifft", a, n, axis, norm)
+        return _transform("irfft", a, sizes[-1], ax[-1], norm)
+    transform.__name__ = kind
+    transform.__doc__ = f"np.fft.{kind} of a traced value (1-d transforms along each axis)."
+    return transform
+
+
+TRANSFORMS = {name: _one_d(name) for name in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")}
+TRANSFORMS.update({name: _n_d(name) for name in ("fftn", "ifftn", "rfftn", "irfftn")})
+TRANSFORMS.update({name: _n_d(name, (-2, -1)) for name in ("fft2", "ifft2", "rfft2", "irfft2")})
+TRANSFORMS["fftshift"] = lambda x, axes=None: _shifted(x, axes, inverse=False)
+TRANSFORMS["ifftshift"] = lambda x, axes=None: _shifted(x, axes, inverse=True)
+
+for _name, _fn in TRANSFORMS.items():
+    implements(getattr(np.fft, _name))(_fn)
+
+FUNCTIONS = {getattr(np.fft, name): fn for name, fn in TRANSFORMS.items()}
+FUNCTIONS.update({
+    np.real: _real, np.imag: _imag, np.conj: lambda x: complex_ufunc(np.conjugate, (x,), {}),
+    np.angle: _angle, np.sum: lambda x, axis=None, keepdims=False, **kw: pair(*split(x)).sum(axis, keepdims),
+    np.mean: lambda x, axis=None, keepdims=False, **kw: pair(*split(x)).mean(axis, keepdims),
+    np.reshape: lambda x, shape, order="C", **kw: _parts(reshape)(x, shape, order=order),
+    np.transpose: lambda x, axes=None: _parts(transpose_)(x, axes),
+    np.moveaxis: _parts(moveaxis), np.roll: _parts(np.roll), np.flip: _parts(np.flip),
+    np.concatenate: _concatenate, np.where: _where, np.dot: _dot, np.matmul: lambda a, b, **kw: _bilinear(matmul, a, b),
+    np.tensordot: _tensordot, np.einsum: _einsum, np.copy: lambda x, **kw: x,
+})
+if hasattr(np, "conjugate"):
+    FUNCTIONS[np.conjugate] = FUNCTIONS[np.conj]
+
+METHODS["complex_ufunc"] = complex_ufunc
