@@ -103,8 +103,12 @@ def test_unsupported_forms_are_refused_by_name():
     x = np.ones((4, 4))
     with pytest.raises(jg.NotSupportedError, match="fftconvolve with axes"):
         jg.make_graph(lambda a: ss.fftconvolve(a, a, axes=0))(x)
-    with pytest.raises(jg.NotSupportedError, match=r"lfilter with zi="):
-        jg.make_graph(lambda a: ss.lfilter([1.0], [1.0, 0.5], a[0], zi=[0.0]))(x)
+    with pytest.raises(jg.NotSupportedError, match=r"filtfilt with method='gust'"):
+        jg.make_graph(lambda a: ss.filtfilt([1.0], [1.0, 0.5], a[0], method="gust"))(x)
+    with pytest.raises(jg.NotSupportedError, match=r"filtfilt with traced coefficients"):
+        jg.make_graph(lambda a: ss.filtfilt(a[0, :2], [1.0, 0.5], a[1]))(x)
+    with pytest.raises(ValueError, match="Unexpected shape for zi"):
+        jg.make_graph(lambda a: ss.lfilter([1.0], [1.0, 0.5], a[0], zi=[0.0, 1.0]))(x)
 
 
 @pytest.mark.parametrize("b,a", [([1.0, 0.5], [1.0, -0.3]), ([0.2, 0.3, 0.1], [2.0]), ([1.0], [1.0, -1.2, 0.5]),
@@ -146,3 +150,33 @@ def test_names_imported_after_jitgraph_are_the_wrappers():
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_lfilter_with_initial_state_and_filtfilt_match_scipy():
+    x = RNG.standard_normal((3, 30))
+    b, a = ss.butter(3, 0.2)
+    zi = RNG.standard_normal((3, 3))
+    for f in (lambda x: ss.lfilter(b, a, x, zi=zi)[0] + ss.lfilter(b, a, x, zi=zi)[1].sum(),
+              lambda x: ss.lfilter(b, a, x.T, axis=0, zi=zi.T)[1],
+              lambda x: ss.lfilter([0.5, 0.3, 0.2], [1.0], x, zi=zi[:, :2])[0],       # FIR with a state
+              lambda x: ss.lfilter(b, a, x, zi=x[:, :3] * 0.5)[0],                   # a traced state
+              lambda x: ss.filtfilt(b, a, x),
+              lambda x: ss.filtfilt(b, a, x.T, axis=0, padtype="even"),
+              lambda x: ss.filtfilt(b, a, x, padtype="constant", padlen=5),
+              lambda x: ss.filtfilt([0.2, 0.8], [1.0, -0.5], x, padtype=None)):
+        assert_scipy(f, x)
+    _fd_check(lambda x: np.sum(ss.filtfilt(b, a, x) ** 2), x)
+    _fd_check(lambda x: np.sum(ss.lfilter(b, a, x, zi=x[:, :3])[0] ** 2), x)
+
+
+def test_filtfilt_compiled():
+    x = RNG.standard_normal((2, 40))
+    b, a = ss.butter(2, 0.3)
+
+    def loss(gain, x):
+        return np.sum((ss.filtfilt(b, a, gain * x, axis=1) - x) ** 2)
+
+    v_ref, g_ref = jg.value_and_grad(loss)(np.array(0.7), x)
+    v, g = jg.jit_grad(loss, wait=True)(np.array(0.7), x)
+    np.testing.assert_allclose(v, loss(np.array(0.7), x), rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10)

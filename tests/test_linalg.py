@@ -709,3 +709,12 @@ def test_expm_large_norms_nonfinite_and_stacks_match_scipy():
     assert np.isnan(f(bad)[1]).all() and np.isfinite(f(bad)[0]).all()
     one = np.array([[2.5]])
     np.testing.assert_allclose(jg.jit(lambda a: scipy.linalg.expm(a), wait=True)(one), [[np.exp(2.5)]], rtol=1e-14)
+
+
+def test_lu_factor_of_a_traced_matrix_is_for_lu_solve_only():
+    sla = scipy.linalg
+    a = np.eye(3) * 2.0 + 0.1
+    with pytest.raises(jg.NotSupportedError, match="only usable by scipy.linalg.lu_solve"):
+        jg.make_graph(lambda m: np.prod(np.diag(sla.lu_factor(m)[0])))(a)
+    with pytest.raises(jg.NotSupportedError, match="pivot array"):
+        jg.make_graph(lambda m: np.sum(m) * sla.lu_factor(m)[1][0])(a)

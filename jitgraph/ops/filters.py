@@ -6,7 +6,8 @@ modules), every window of the padded array (`sliding_window_view`, gathers) and 
 `tensordot` with the kernel, so gradients reach the input and a traced kernel alike.
 Separable filters (gaussian_filter, uniform_filter) are 1-d correlations along each axis
 in turn, as SciPy computes them. lfilter's IIR recurrence is a `scan` (so CPU-only, as
-control flow is).
+control flow is), from zero or a given (possibly traced) state; filtfilt runs it forward and
+backward over the padded signal from SciPy's steady-state initial conditions.
 
 Values agree with SciPy's to rounding, not bit for bit: SciPy sums a window in its own
 order (fftconvolve through FFTs, uniform_filter1d as a running sum). Float inputs only for
@@ -18,6 +19,7 @@ The wrappers go into scipy.signal and scipy.ndimage once those modules are impor
 the version here, any other SciPy's own. SciPy's modules are never imported here.
 """
 import builtins
+import sys
 
 import numpy as np
 
@@ -156,19 +158,17 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
 
 
 def lfilter(b, a, x, axis=-1, zi=None):
-    """scipy.signal.lfilter without initial conditions (zi): the direct form II transposed
-    recurrence SciPy computes, y[n] = b0 x[n] + z0 and z_i = b_{i+1} x[n] + z_{i+1} - a_{i+1} y[n]
-    (coefficients divided by a[0]), as a `scan` over `axis`; an FIR filter (one a) is one
-    correlation. Gradients reach x and traced coefficients."""
-    if zi is not None:
-        raise NotSupportedError(f"scipy.signal.lfilter with zi= (initial conditions) is not supported "
-                                f"on traced values{where()}")
+    """scipy.signal.lfilter: the direct form II transposed recurrence SciPy computes,
+    y[n] = b0 x[n] + z0 and z_i = b_{i+1} x[n] + z_{i+1} - a_{i+1} y[n] (coefficients divided by
+    a[0]), as a `scan` over `axis` from the state zi (zeros by default; with zi, the result is
+    (y, zf), the final state, as SciPy's); an FIR filter (one a) without zi is one correlation.
+    Gradients reach x, traced coefficients and a traced zi."""
     b, a, x = as_operand(b), as_operand(a), as_operand(x)
     if _ndim(b) != 1 or _ndim(a) != 1:
         raise ValueError("object of too small depth for desired array")
     if not isinstance(a, Tensor) and a[0] == 0:
         raise ValueError("BUG: filter coefficient a[0] == 0 not supported yet")
-    dt = np.result_type(b.dtype, a.dtype, x.dtype)
+    dt = np.result_type(b.dtype, a.dtype, x.dtype, *(() if zi is None else (as_operand(zi).dtype,)))
     dt = dt if dt.kind == "f" else np.dtype(np.float64)
     b, a, x = cast(b, dt), cast(a, dt), cast(x, dt)
     nd = _ndim(x)
@@ -176,7 +176,7 @@ def lfilter(b, a, x, axis=-1, zi=None):
     m = max(shape_of(a)[0], shape_of(b)[0])
     b = pad(b / a[0], (0, m - shape_of(b)[0]))
     xm = moveaxis(x, axis, 0)
-    if shape_of(a)[0] == 1:
+    if shape_of(a)[0] == 1 and zi is None:
         padded = pad(xm, [(m - 1, 0)] + [(0, 0)] * (nd - 1))
         ys = tensordot(sliding_window_view(padded, m, axis=0), flip(b), axes=1)
         return moveaxis(ys, 0, axis)
@@ -190,12 +190,71 @@ def lfilter(b, a, x, axis=-1, zi=None):
         shifted = concatenate([z[1:], zero], axis=0)
         return shifted + b_rest * xn - a_rest * y, y
 
-    init = np.zeros((m - 1,) + tuple(shape_of(xm))[1:], dt)
-    _, ys = scan(step, init, xm)
-    return moveaxis(ys, 0, axis)
+    state = (m - 1,) + tuple(shape_of(xm))[1:]
+    if zi is None:
+        _, ys = scan(step, np.zeros(state, dt), xm)
+        return moveaxis(ys, 0, axis)
+    zi = as_operand(zi)
+    want = tuple(shape_of(x))[:axis] + (m - 1,) + tuple(shape_of(x))[axis + 1:]
+    if tuple(shape_of(zi)) != want:
+        raise ValueError(f"Unexpected shape for zi: expected {want}, found {tuple(shape_of(zi))}.")
+    zf, ys = scan(step, cast(moveaxis(zi, axis, 0), dt), xm)
+    return moveaxis(ys, 0, axis), moveaxis(zf, 0, axis)
 
 
-SIGNAL_FUNCTIONS = {"lfilter": lfilter, "convolve": signal_convolve, "correlate": signal_correlate, "fftconvolve": fftconvolve,
+def _axis_slice(x, axis, key):
+    return getitem(x, (slice(None),) * axis + (key,))
+
+
+def _extended(x, n, axis, padtype):
+    """scipy.signal's odd, even and constant extensions of x by n samples at both ends."""
+    if n == 0:
+        return x
+    first, last = _axis_slice(x, axis, slice(0, 1)), _axis_slice(x, axis, slice(-1, None))
+    left, right = _axis_slice(x, axis, slice(n, 0, -1)), _axis_slice(x, axis, slice(-2, -(n + 2), -1))
+    if padtype == "odd":
+        left, right = 2 * first - left, 2 * last - right
+    elif padtype == "constant":
+        left = concatenate([first] * n, axis=axis)
+        right = concatenate([last] * n, axis=axis)
+    return concatenate([left, x, right], axis=axis)
+
+
+def filtfilt(b, a, x, axis=-1, padtype="odd", padlen=None, method="pad", irlen=None):
+    """scipy.signal.filtfilt (method 'pad'): x extended at both ends (odd, even or constant),
+    filtered forward and backward by lfilter from the steady-state initial conditions
+    lfilter_zi(b, a) scaled by the first sample, and cut back: zero phase. b and a must be known
+    when tracing (lfilter_zi is SciPy's, on them)."""
+    if method != "pad":
+        raise NotSupportedError(f"scipy.signal.filtfilt with method={method!r} is not supported on traced "
+                                f"values (method='pad' is){where()}")
+    if isinstance(b, Tensor) or isinstance(a, Tensor):
+        raise NotSupportedError(f"scipy.signal.filtfilt with traced coefficients is not supported (its initial "
+                                f"conditions are SciPy's lfilter_zi of b and a){where()}")
+    if padtype not in ("odd", "even", "constant", None):
+        raise ValueError(f"Unknown value '{padtype}' given to padtype.  padtype must be 'even', 'odd', "
+                         f"'constant', or None.")
+    b, a = np.atleast_1d(np.asarray(b, dtype=float)), np.atleast_1d(np.asarray(a, dtype=float))
+    x = as_operand(x)
+    nd = _ndim(x)
+    axis = axis % nd
+    ntaps = max(len(a), len(b))
+    edge = 0 if padtype is None or padlen == 0 else (3 * ntaps if padlen is None else padlen)
+    if shape_of(x)[axis] <= edge:
+        raise ValueError(f"The length of the input vector x must be greater than padlen, which is {edge}.")
+    ext = _extended(x, edge, axis, padtype)
+    zi_shape = [1] * nd
+    zi_shape[axis] = ntaps - 1
+    # (this function is installed into scipy.signal, so that module is imported)
+    zi = np.reshape(sys.modules["scipy.signal"].lfilter_zi(b, a), zi_shape)
+    y, _ = lfilter(b, a, ext, axis=axis, zi=zi * _axis_slice(ext, axis, slice(0, 1)))
+    y = flip(y, axis)
+    y, _ = lfilter(b, a, y, axis=axis, zi=zi * _axis_slice(y, axis, slice(0, 1)))
+    y = flip(y, axis)
+    return _axis_slice(y, axis, slice(edge, shape_of(y)[axis] - edge)) if edge else y
+
+
+SIGNAL_FUNCTIONS = {"lfilter": lfilter, "filtfilt": filtfilt, "convolve": signal_convolve, "correlate": signal_correlate, "fftconvolve": fftconvolve,
                     "oaconvolve": fftconvolve, "convolve2d": convolve2d, "correlate2d": correlate2d}
 
 

@@ -1361,6 +1361,71 @@ def scipy_norm(a, ord=None, axis=None, keepdims=False, check_finite=True):
     return norm(a, ord=ord, axis=axis, keepdims=keepdims)
 
 
+class TracedLUFactor:
+    """scipy.linalg.lu_factor's result for a traced matrix: (lu, piv) stand for the factorization
+    of `a` and are usable by scipy.linalg.lu_solve, which solves with `a` itself (np.linalg.solve's
+    LU, the same computation); the packed factor's and the pivots' entries are not computed."""
+
+    __jitgraph_defer__ = True
+
+    def __init__(self, a, part):
+        self.a, self.part = a, part
+
+    def _refuse(self, *args, **kwargs):
+        raise NotSupportedError(f"the {self.part} of scipy.linalg.lu_factor of a traced matrix is only usable "
+                                f"by scipy.linalg.lu_solve (jitgraph solves with the matrix itself and does not "
+                                f"compute the packed factor); for a determinant use np.linalg.det or slogdet"
+                                f"{where()}")
+
+    __array__ = __getitem__ = __array_ufunc__ = __array_function__ = __len__ = _refuse
+
+    @property
+    def shape(self):
+        self._refuse()
+
+
+def scipy_lu_factor(a, overwrite_a=False, check_finite=True):
+    """scipy.linalg.lu_factor of a traced square matrix: (lu, piv) for lu_solve (TracedLUFactor)."""
+    a = as_operand(a)
+    _square_2d(a, "lu_factor")
+    a = cast(a, _float_dtype(a))
+    return TracedLUFactor(a, "packed LU factor"), TracedLUFactor(a, "pivot array")
+
+
+def scipy_lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """scipy.linalg.lu_solve: x with a x = b (a^T x = b for trans 1 or 2). From a traced
+    matrix's lu_factor: a solve with the matrix. From NumPy's factor (lu, piv) of a constant
+    matrix, with a traced b: b's rows permuted as the pivots swap them, then the unit lower and
+    the upper triangular solves, as LAPACK's getrs."""
+    lu, piv = lu_and_piv
+    if isinstance(lu, TracedLUFactor):
+        a = lu.a
+        b = as_operand(b)
+        dt = _float_dtype(a, b)
+        a, b = cast(a, dt), cast(b, dt)
+        return _matrix_rhs(a, b, lambda rhs: _solve(_T(a) if _TRANS[trans] else a, rhs))
+    if isinstance(lu, Tensor) or isinstance(piv, Tensor):
+        raise NotSupportedError(f"scipy.linalg.lu_solve with a traced packed factor or pivots (not from "
+                                f"lu_factor of the traced matrix) is not supported{where()}")
+    lu, piv = np.asarray(lu), np.asarray(piv)
+    n = lu.shape[0]
+    perm = np.arange(n)
+    for i, p in enumerate(piv):            # LAPACK's row interchanges, in order
+        perm[i], perm[p] = perm[p], perm[i]
+    b = as_operand(b)
+    dt = _float_dtype(lu, b)
+    lu_c, b = cast(lu, dt), cast(b, dt)
+    inverse = np.argsort(perm)
+
+    def solve(rhs):
+        if not _TRANS[trans]:      # L U x = P b
+            y = _solve_tri(lu_c, getitem(rhs, perm), True, unit=True)
+            return _solve_tri(lu_c, y, False)
+        y = _solve_tri(lu_c, rhs, False, trans=True)          # U^T L^T P x = b
+        return getitem(_solve_tri(lu_c, y, True, trans=True, unit=True), inverse)
+    return _matrix_rhs(lu_c, b, solve)
+
+
 def _first_axis_values(x):
     """A constructor's 1-d operand (SciPy's toeplitz/hankel/circulant ravel theirs)."""
     x = as_operand(x)
@@ -1466,7 +1531,7 @@ SCIPY_FUNCTIONS = {"solve_triangular": scipy_solve_triangular, "cholesky": scipy
                    "eigvalsh": scipy_eigvalsh, "svd": scipy_svd, "svdvals": scipy_svdvals,
                    "qr": scipy_qr, "pinv": scipy_pinv, "lstsq": scipy_lstsq, "norm": scipy_norm, "expm": scipy_expm,
                    "toeplitz": scipy_toeplitz, "circulant": scipy_circulant, "hankel": scipy_hankel,
-                   "block_diag": scipy_block_diag}
+                   "block_diag": scipy_block_diag, "lu_factor": scipy_lu_factor, "lu_solve": scipy_lu_solve}
 
 
 def install_scipy():

@@ -634,11 +634,12 @@ TRACED_FUNCTIONS = {"logsumexp": logsumexp, "softmax": softmax, "log_softmax": l
 
 
 def has_tensor(args, kwargs=None):
-    """Is a traced value among these arguments (in lists, tuples and dicts too)?"""
+    """Is a traced value among these arguments (in lists, tuples and dicts too)? Objects standing
+    for traced values (masked selections, complex pairs, LU factors) count."""
     stack = list(args) + list((kwargs or {}).values())
     while stack:
         a = stack.pop()
-        if isinstance(a, Tensor):
+        if isinstance(a, Tensor) or getattr(type(a), "__jitgraph_defer__", False):
             return True
         if isinstance(a, (list, tuple)):
             stack.extend(a)

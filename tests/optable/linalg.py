@@ -206,3 +206,8 @@ op("linalg.tensorsolve", lambda a, b: np.linalg.tensorsolve(wc(a.reshape(6, 6)).
 op("linalg.tensorsolve-axes", lambda a, b: np.linalg.tensorsolve(wc(a.reshape(6, 6)).reshape(6, 2, 3), b, axes=(0,)),
    ((6, 2, 3), (2, 3)))
 op("linalg.tensorinv", lambda a: np.linalg.tensorinv(wc(a.reshape(6, 6)).reshape(3, 2, 6), ind=2), ((3, 2, 6),))
+op("scipy.linalg.lu_factor-lu_solve", lambda a, b: sla.lu_solve(sla.lu_factor(wc(a)), b)
+   + sla.lu_solve(sla.lu_factor(wc(a)), b, trans=1), ((3, 3), (3, 2)), ((3, 3), (3,)))
+_LU_CONST = sla.lu_factor(np.array([[0.5, 2.0, 0.1], [3.0, 0.2, 1.0], [1.0, 1.0, 4.0]]))
+op("scipy.linalg.lu_solve-constant-factor", lambda b: sla.lu_solve(_LU_CONST, b) + sla.lu_solve(_LU_CONST, b, trans=2),
+   ((3, 2),))
