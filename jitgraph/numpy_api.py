@@ -407,7 +407,8 @@ def _fresh(result, args):
     return result
 
 
-def _is_complex(x):
+def is_complex_constant(x):
+    """Is x a Python or NumPy complex number, or a complex NumPy array?"""
     return isinstance(x, (complex, np.complexfloating)) or (isinstance(x, np.ndarray) and x.dtype.kind == "c")
 
 
@@ -420,7 +421,7 @@ def _deferred(xs):
 def apply_ufunc(ufunc, how, inputs, kwargs):
     if _deferred(inputs):
         return NotImplemented
-    if how == "__call__" and any(_is_complex(x) for x in inputs) and "complex_ufunc" in METHODS:
+    if how == "__call__" and any(is_complex_constant(x) for x in inputs) and "complex_ufunc" in METHODS:
         return METHODS["complex_ufunc"](ufunc, inputs, kwargs)      # ops/fft.py: pairs of real arrays
     name = f"np.{ufunc.__name__}"
     out = kwargs.get("out")

@@ -27,6 +27,8 @@ CASES = {
     "sum and mean": lambda a: np.abs(np.mean(np.fft.fft(a))) + np.abs(np.fft.fft(a).sum(axis=0)).sum(),
     "division, powers": lambda a: np.sum(np.abs((np.fft.rfft(a) + 2.0) / (np.fft.rfft(Y) + 3.0) ** 2)),
     "complex matmul": lambda a: np.sum(np.abs(np.fft.fft(a) @ np.fft.fft(Y).T)),
+    "reshape, transpose": lambda a: np.sum(np.abs(np.fft.fft(a).reshape(2, 16).T) * np.arange(2.0))
+    + np.sum(np.reshape(np.fft.rfft(a), (4, 5)).sum(axis=0).real),
     "log, square, indexing": lambda a: np.sum(np.log(np.fft.fft(a)[:, 1:3] ** 2 + 1.0).real)
     + np.sum(np.concatenate([np.fft.rfft(a), np.fft.rfft(Y)], axis=1).imag),
 }

@@ -136,15 +136,19 @@ def test_lfilter_gradients_of_learned_coefficients_compiled():
 
 
 def test_names_imported_after_jitgraph_are_the_wrappers():
-    """A fresh process that imports jitgraph first, then names from scipy.signal, scipy.ndimage
-    and scipy.stats (an import hook installs the wrappers as those modules load)."""
+    """A fresh process that imports jitgraph first, then names from scipy.signal, scipy.ndimage,
+    scipy.stats, scipy.spatial.distance and scipy.integrate (an import hook installs the wrappers
+    as those modules load)."""
     code = (
         "import numpy as np, jitgraph as jg\n"
         "from scipy.signal import convolve2d\n"
         "from scipy.ndimage import gaussian_filter\n"
         "from scipy.stats import entropy\n"
+        "from scipy.spatial.distance import cdist, pdist\n"
+        "from scipy.integrate import simpson\n"
         "x = np.arange(1.0, 26.0).reshape(5, 5) / 25\n"
-        "f = lambda a: np.sum(convolve2d(a, a[:2, :2])) + np.sum(gaussian_filter(a, 1.0)) + entropy(a.ravel())\n"
+        "f = lambda a: np.sum(convolve2d(a, a[:2, :2])) + np.sum(gaussian_filter(a, 1.0)) + entropy(a.ravel())"
+        " + np.sum(cdist(a, a[:2])) + np.sum(pdist(a)) + simpson(a[0])\n"
         "v, g = jg.value_and_grad(f)(x)\n"
         "assert abs(v - f(x)) < 1e-9 * abs(v) and g.shape == (5, 5)\n"
         "print('ok')\n")

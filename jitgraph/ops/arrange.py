@@ -452,29 +452,34 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     return c
 
 
+def trapezoid_terms(y, x, dx, axis):
+    """d * (y[1:] + y[:-1]) / 2 along `axis` (normalized) of y: the trapezoids, d the spacing (dx,
+    or the differences of x, 1-d along the axis or shaped like y), in NumPy's order of operations."""
+    y = as_operand(y)
+    nd = _ndim(y)
+    if x is None:
+        d = dx
+    else:
+        x = as_operand(x)
+        if _ndim(x) == 1:
+            d = diff(x)
+            shape = [1] * nd
+            shape[axis] = shape_of(d)[0]
+            d = reshape(d, shape)
+        else:
+            d = diff(x, axis=axis)
+    pair = add(getitem(y, _along(axis, nd, slice(1, None))), getitem(y, _along(axis, nd, slice(None, -1))))
+    return divide(multiply(d, pair), 2.0)
+
+
 if hasattr(np, "trapezoid"):
     @implements(np.trapezoid)
     def trapezoid(y, x=None, dx=1.0, axis=-1):
-        """np.trapezoid: sum(d * (y[1:] + y[:-1]) / 2) along `axis`, d the spacing (dx, or the
-        differences of x, 1-d along the axis or shaped like y), in NumPy's order of operations."""
+        """np.trapezoid: the sum of the trapezoids (`trapezoid_terms`) along `axis`."""
         if not _traced(y, x, dx):
             return np.trapezoid(y, x=x, dx=dx, axis=axis)
-        y = as_operand(y)
-        nd = _ndim(y)
-        axis = norm_axis(axis, nd)
-        if x is None:
-            d = dx
-        else:
-            x = as_operand(x)
-            if _ndim(x) == 1:
-                d = diff(x)
-                shape = [1] * nd
-                shape[axis] = shape_of(d)[0]
-                d = reshape(d, shape)
-            else:
-                d = diff(x, axis=axis)
-        pair = add(getitem(y, _along(axis, nd, slice(1, None))), getitem(y, _along(axis, nd, slice(None, -1))))
-        return _sum(divide(multiply(d, pair), 2.0), axis=axis)
+        axis = norm_axis(axis, _ndim(y))
+        return _sum(trapezoid_terms(y, x, dx, axis), axis=axis)
 
 
 def _block_depth(arrays, at="arrays"):

@@ -273,7 +273,7 @@ def squareform(X, force="no", checks=True):
                      f"array is not permitted")
 
 
-def _vectors(fn, *xs):
+def _vectors(*xs):
     out = []
     for x in xs:
         x = as_operand(x)
@@ -292,7 +292,7 @@ def _two_vectors(name, keep_dtype):
     """The two-vector function scipy.spatial.distance.<name>(u, v, [p], w=None): float64, or
     the inputs' float dtype where SciPy keeps it."""
     def distance(u, v, *args, **kwargs):
-        u, v = _vectors(name, u, v)
+        u, v = _vectors(u, v)
         dt = _float_dtype(u, v) if keep_dtype else _FLOAT64
         params = ("p", "w") if name == "minkowski" else ("V",) if name == "seuclidean" else \
             ("VI",) if name == "mahalanobis" else ("w",)

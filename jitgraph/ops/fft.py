@@ -26,14 +26,14 @@ import numpy as np
 
 from ..core import Tensor
 from ..errors import NotSupportedError, where
-from ..numpy_api import as_operand, cast, norm_axis, reshape, shape_of
+from ..numpy_api import as_operand, cast, is_complex_constant, norm_axis, shape_of
 from . import elementwise as ew
 from . import reduce as rd
 from .contract import tensordot
 from .index import getitem
 from .products import dot, matmul
 from .registry import METHODS, implements
-from .shape import concatenate, moveaxis, transpose_
+from .shape import concatenate, moveaxis, reshape, transpose_
 
 MAX_LENGTH = 4096
 
@@ -65,8 +65,7 @@ def split(x):
 
 
 def is_complex(x):
-    return isinstance(x, (ComplexPair, complex, np.complexfloating)) or (
-        isinstance(x, np.ndarray) and x.dtype.kind == "c")
+    return isinstance(x, ComplexPair) or is_complex_constant(x)
 
 
 def _zero(x):
@@ -159,17 +158,17 @@ class ComplexPair:
 
     def reshape(self, *shape, order="C"):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return ComplexPair(reshape(self.re, shape, order=order), reshape(self.im, shape, order=order))
+        return _parts(reshape)(self, shape, order=order)
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None)
-        return ComplexPair(transpose_(self.re, axes), transpose_(self.im, axes))
+        return _parts(transpose_)(self, axes)
 
     def sum(self, axis=None, keepdims=False, **kw):
-        return ComplexPair(rd.sum(self.re, axis=axis, keepdims=keepdims), rd.sum(self.im, axis=axis, keepdims=keepdims))
+        return _parts(rd.sum)(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False, **kw):
-        return ComplexPair(rd.mean(self.re, axis=axis, keepdims=keepdims), rd.mean(self.im, axis=axis, keepdims=keepdims))
+        return _parts(rd.mean)(self, axis=axis, keepdims=keepdims)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs.get("out") is not None or "where" in kwargs:
@@ -448,8 +447,8 @@ for _name, _fn in TRANSFORMS.items():
 FUNCTIONS = {getattr(np.fft, name): fn for name, fn in TRANSFORMS.items()}
 FUNCTIONS.update({
     np.real: _real, np.imag: _imag, np.conj: lambda x: complex_ufunc(np.conjugate, (x,), {}),
-    np.angle: _angle, np.sum: lambda x, axis=None, keepdims=False, **kw: pair(*split(x)).sum(axis, keepdims),
-    np.mean: lambda x, axis=None, keepdims=False, **kw: pair(*split(x)).mean(axis, keepdims),
+    np.angle: _angle, np.sum: lambda x, axis=None, keepdims=False, **kw: _parts(rd.sum)(x, axis=axis, keepdims=keepdims),
+    np.mean: lambda x, axis=None, keepdims=False, **kw: _parts(rd.mean)(x, axis=axis, keepdims=keepdims),
     np.reshape: lambda x, shape, order="C", **kw: _parts(reshape)(x, shape, order=order),
     np.transpose: lambda x, axes=None: _parts(transpose_)(x, axes),
     np.moveaxis: _parts(moveaxis), np.roll: _parts(np.roll), np.flip: _parts(np.flip),

@@ -15,39 +15,22 @@ import numpy as np
 
 from ..core import Tensor
 from ..errors import NotSupportedError, where
-from ..numpy_api import as_operand, cast, norm_axis, reshape, shape_of
+from ..numpy_api import as_operand, cast, norm_axis, shape_of
 from . import reduce as rd
-from .arrange import diff, trapezoid
+from .arrange import _along, trapezoid, trapezoid_terms
 from .index import getitem
 from .order import cumsum
 from .shape import concatenate
 from .special import library_functions
 
 
-def _along(axis, nd, key):
-    return (slice(None),) * axis + (key,)
-
-
-def _spacing(y, x, dx, axis):
-    """The sample spacing broadcast against y's axis: dx, or x's differences (x 1-d along the
-    axis, or shaped like y)."""
-    nd = len(shape_of(y))
-    n = shape_of(y)[axis]
-    if x is None:
-        return dx
-    x = as_operand(x)
-    if len(shape_of(x)) == 1:
-        d = diff(x)
-        shape = [1] * nd
-        shape[axis] = shape_of(d)[0]
-        d = reshape(d, shape)
-    elif len(shape_of(x)) != nd:
+def _check_points(x, nd, n, axis):
+    """SciPy's checks of sample points x (1-d along the axis, or shaped like y, n samples)."""
+    sx = tuple(shape_of(x))
+    if len(sx) != 1 and len(sx) != nd:
         raise ValueError("If given, shape of x must be 1-D or the same as y.")
-    else:
-        d = diff(x, axis=axis)
-    if shape_of(d)[axis] != n - 1:
+    if (sx[0] if len(sx) == 1 else sx[axis]) != n:
         raise ValueError("If given, length of x along axis must be the same as y.")
-    return d
 
 
 def integrate_trapezoid(y, x=None, dx=1.0, axis=-1):
@@ -63,9 +46,9 @@ def cumulative_trapezoid(y, x=None, dx=1.0, axis=-1, initial=None):
     axis = norm_axis(axis, nd)
     if shape_of(y)[axis] == 0:
         raise ValueError("At least one point is required along `axis`.")
-    d = _spacing(y, x, dx, axis)
-    pair = getitem(y, _along(axis, nd, slice(1, None))) + getitem(y, _along(axis, nd, slice(None, -1)))
-    res = cumsum(d * pair / 2.0, axis=axis)
+    if x is not None:
+        _check_points(x, nd, shape_of(y)[axis], axis)
+    res = cumsum(trapezoid_terms(y, x, dx, axis), axis=axis)
     if initial is None:
         return res
     if not np.isscalar(initial):
@@ -122,10 +105,7 @@ def simpson(y, x=None, *, dx=1.0, axis=-1):
         weights, scale = simpson_weights(n, np.ones(n - 1)), dx
     else:
         x = np.asarray(x)
-        if x.ndim != 1 and x.ndim != nd:
-            raise ValueError("If given, shape of x must be 1-D or the same as y.")
-        if (x.shape[0] if x.ndim == 1 else x.shape[axis]) != n:
-            raise ValueError("If given, length of x along axis must be the same as y.")
+        _check_points(x, nd, n, axis)
         spacing = np.diff(x) if x.ndim == 1 else np.moveaxis(np.diff(x, axis=axis), axis, -1)
         weights, scale = simpson_weights(n, spacing), None
         if x.ndim != 1:

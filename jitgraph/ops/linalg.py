@@ -28,8 +28,8 @@ them to rounding (the same LAPACK routines, SciPy's build), except that a matrix
 holding inf or nan gives nan results (or NumPy's "SVD did not converge") where
 NumPy's exact nan pattern depends on LAPACK's arithmetic.
 
-scipy.linalg's solve_triangular, cholesky, cho_factor and cho_solve are wrapped in their
-module (`install_scipy`), as scipy.special's functions are.
+scipy.linalg's functions (SCIPY_FUNCTIONS) are wrapped in their module once it is imported
+(`special.library_functions`), as scipy.signal's are.
 
 Gradients follow the standard matrix-calculus results; where NumPy reads only
 one triangle of its operand (cholesky, eigh, hermitian svd/pinv) the adjoint
@@ -53,7 +53,7 @@ from .reduce import amax, amin, sum
 from .registry import implements, register
 from .index import getitem
 from .shape import concatenate, expand_dims, moveaxis
-from .special import install_wrappers
+from .special import library_functions
 
 TUPLE = np.dtype(object)
 LinAlgError = np.linalg.LinAlgError
@@ -1534,10 +1534,6 @@ SCIPY_FUNCTIONS = {"solve_triangular": scipy_solve_triangular, "cholesky": scipy
                    "block_diag": scipy_block_diag, "lu_factor": scipy_lu_factor, "lu_solve": scipy_lu_solve}
 
 
-def install_scipy():
-    """Put jitgraph's versions of these scipy.linalg functions into the module (once): a call
-    with a traced value among its arguments runs them, any other SciPy's own."""
-    import scipy.linalg
-    install_wrappers(scipy.linalg, SCIPY_FUNCTIONS)
-
-install_scipy()
+# installed into scipy.linalg once it is imported: a call with a traced value among its arguments
+# runs these, any other SciPy's own
+library_functions("scipy.linalg", SCIPY_FUNCTIONS)

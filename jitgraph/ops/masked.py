@@ -16,14 +16,12 @@ Differences from NumPy: the max or min of an empty selection is -inf or +inf (th
 and minimum's identities), where NumPy raises; the mean of one is NaN, as NumPy's (without
 its warning).
 """
-import builtins
-import operator
 
 import numpy as np
 
 from ..core import Tensor
 from ..errors import NotSupportedError, where
-from ..numpy_api import as_operand, broadcast_to, cast, reshape, shape_of
+from ..numpy_api import as_operand, broadcast_to, cast, keepdims_shape, norm_axes, reshape, shape_of
 from . import elementwise as ew
 from . import reduce as rd
 
@@ -141,14 +139,7 @@ class MaskedSelection:
     def _axes(self, axis):
         """The axes of `values` a reduction over `axis` of the selection reduces, and whether the
         selected rows (axis 0) are among them."""
-        nd = 1 + len(self.row)
-        if axis is None:
-            axes = tuple(range(nd))
-        else:
-            axes = tuple(operator.index(a) for a in (axis if isinstance(axis, tuple) else (axis,)))
-            axes = tuple(a + nd if a < 0 else a for a in axes)
-            if builtins.any(not 0 <= a < nd for a in axes):
-                raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of dimension {nd}")
+        axes = norm_axes(axis, 1 + len(self.row))
         m = self.lead
         rows = 0 in axes
         vaxes = (tuple(range(m)) if rows else ()) + tuple(a - 1 + m for a in axes if a > 0)
@@ -217,7 +208,7 @@ class MaskedSelection:
         mask = self._full_mask(values)
         count = cast(self._count(axis), values.dtype)
         mu = rd.sum(ew.where_(mask, values, 0), axis=vaxes, keepdims=True) / reshape(
-            count, _kept(tuple(shape_of(values)), vaxes))
+            count, keepdims_shape(tuple(shape_of(values)), vaxes))
         dev = ew.where_(mask, values - mu, 0)
         return rd.sum(dev * dev, axis=vaxes) / (count - ddof)
 
@@ -247,10 +238,6 @@ class MaskedSelection:
 def _no_out(out):
     if out is not None:
         _refuse("a reduction with out=")
-
-
-def _kept(shape, axes):
-    return tuple(1 if d in axes else n for d, n in enumerate(shape))
 
 
 def _extreme(dtype, low):

@@ -794,8 +794,8 @@ def install():
     scipy.special's logsumexp/softmax/log_softmax/polygamma and, once scipy.stats has been
     imported, the methods of its distributions and scipy.stats.entropy. Called when a trace or
     an eager tape starts; SciPy's modules are never imported here. The functions registered by
-    `special.library_functions` (scipy.signal, scipy.ndimage, scipy.spatial.distance,
-    scipy.integrate) likewise."""
+    `special.library_functions` (scipy.linalg, scipy.signal, scipy.ndimage,
+    scipy.spatial.distance, scipy.integrate) likewise."""
     special.install_imported()
     if _INSTALLED:
         return
