@@ -54,6 +54,7 @@ _LOCK = threading.Lock()
 _FUNCTIONS = collections.OrderedDict()     # token -> JitFunction, LRU
 _SPECS = collections.OrderedDict()         # pickled _Spec (bytes) -> _Spec, LRU
 _MAX_ENTRIES = 64
+WORKER_LOSS_RETRIES = 2     # calls run again after a worker died under them (see __call__)
 _COUNTS = collections.Counter()            # "specs": blobs unpickled, "payloads": payloads unpickled
 
 
@@ -393,11 +394,21 @@ class DataParallelValueAndGrad:
         import dask
 
         client = self._client(client)
-        final, _payload_ref = self._build(args, client)
-        if client is not None:
-            out = client.compute(final).result()
+        if client is None:
+            out, = dask.compute(self._build(args, client)[0])
         else:
-            out, = dask.compute(final)
+            from distributed.client import FutureCancelledError
+            from distributed.comm import CommClosedError
+            for attempt in itertools.count():
+                try:
+                    final, _payload_ref = self._build(args, client)
+                    out = client.compute(final).result()
+                    break
+                except (CommClosedError, FutureCancelledError):
+                    # a worker died while the payload was scattered to it, or with the only
+                    # result a task needed: the call runs again on the workers left
+                    if attempt >= WORKER_LOSS_RETRIES:
+                        raise
         if out is None:
             raise ValueError("the data arguments have no samples (every chunk is empty)")
         n, leaves, td = out
@@ -461,7 +472,8 @@ def value_and_grad(fun, argnums=None, reduce="sum", client=None, data_argnums=No
 
     Chunks of size 0 are skipped. Worker loss is survived by Dask: a lost chunk task is
     recomputed elsewhere (the parameters have a replica on every worker), and the result
-    is unchanged. The compiled function is traced once per process and signature and its
+    is unchanged; a call whose scatter or dependencies a dying worker took runs again
+    (at most WORKER_LOSS_RETRIES times). The compiled function is traced once per process and signature and its
     kernel loaded from each worker's `$JITGRAPH_CACHE_DIR` (compiled there once if absent);
     chunk sizes are read at run time, so unequal chunks retrace (milliseconds) but do not
     recompile. `has_aux` is not supported, and arguments are positional.

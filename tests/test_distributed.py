@@ -269,7 +269,12 @@ def test_a_worker_killed_mid_run_is_survived(client):
     at_kill = []
 
     def kill():
-        time.sleep(0.8)                        # 12 blocks x 0.25 s on 2 workers: about 1.5 s
+        # as soon as the victim runs chunk tasks (12 blocks x 0.25 s on 2 workers: about 1.5 s
+        # once they start; the call may first trace and load the function for the chunks)
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline \
+                and not client.processing(workers=[victim_addr]).get(victim_addr):
+            time.sleep(0.02)
         busy = len(client.processing(workers=[victim_addr]).get(victim_addr, ()))
         at_kill.append((not done.is_set(), busy > 0))
         os.kill(victim, signal.SIGKILL)
