@@ -14,6 +14,14 @@ measured side by side in this process:
     jit_grad  jg.jit_grad, steady state
     jax       jax.jit(jax.value_and_grad(loss_jax)), steady state (when JAX is importable)
 
+jit_grad and jax are measured in alternating rounds (ROUND_CALLS calls of one, then of the
+other, per round, each batch after a pause), so that both see the same state of the machine: on the shared virtual
+machines this runs on, one program's steady-state time moved by up to 1.7x between runs
+minutes apart (the transformer block: 11.5 and 19 ms), which had made JAX/jit_grad swing
+from 0.6 to 0.9 when each was timed in a block of its own. `jit alone` is jit_grad timed
+before JAX was imported (its threads cannot slow it then); a jit_grad much slower
+interleaved than alone would say that JAX's threads are in its way.
+
 then ratios, and first-call times: trace + codegen + Numba compile of jit_grad ("kernel"
 says whether it was compiled or loaded from the disk cache) and trace + XLA compile of
 jax.jit. Last, each program's roofline: the time no implementation can beat on this
@@ -75,6 +83,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (the package benchmarks/models/, not this file)
 
 BUDGET = 3.0      # seconds of timed calls per measurement; slow ones get fewer repeats (>= 3)
+ROUND_CALLS = 3   # calls of each per round of the interleaved jit_grad / JAX measurement
+ROUND_PAUSE = 0.05  # seconds idle before each batch of a round: the other's threads stop spinning
 # untimed calls before jit_grad's and JAX's: on this virtual machine the first 5-8 calls on
 # both cores ran up to 1.9x slower than later ones (an idle virtual CPU warming up), for both
 WARM = 10
@@ -114,7 +124,8 @@ def time_jitgraph(name, size, reps, seed=0):
         # jit_grad before NumPy and eager: after a NumPy product, NumPy's OpenBLAS threads spin
         # for about 0.1 s and take a core (the MLP's first compiled calls after its NumPy
         # forward took 23-32 ms against 12.5 ms later)
-        row["jit_grad"] = median_time(lambda: f(*args), reps, warm=WARM, budget=BUDGET) * 1e3
+        row["jit_alone"] = row["jit_grad"] = median_time(lambda: f(*args), reps, warm=WARM, budget=BUDGET) * 1e3
+        row["_call"] = lambda: f(*args)      # for the rounds beside JAX (time_jax)
         mem = f.lower(*args).memory
         arg_bytes = sum(np.asarray(a).nbytes for a in jg.tree.tree_flatten(args)[0]
                         if isinstance(a, (np.ndarray, np.generic, float)))
@@ -138,10 +149,40 @@ def time_jax(row, size, reps, seed=0):
         t0 = time.perf_counter()
         jax.block_until_ready(jf(*args))
         row["jax_first_s"] = time.perf_counter() - t0
-        row["jax"] = median_time(lambda: jax.block_until_ready(jf(*args)), reps, warm=WARM,
-                                 budget=BUDGET) * 1e3
+        jax_call = lambda: jax.block_until_ready(jf(*args))     # noqa: E731
+        jit_call = row.pop("_call", None)
+        if jit_call is None:            # jit_grad failed: JAX alone
+            row["jax"] = median_time(jax_call, reps, warm=WARM, budget=BUDGET) * 1e3
+        else:
+            row["jit_grad"], row["jax"] = (t * 1e3 for t in interleaved(jit_call, jax_call, reps))
     except Exception as e:
         row["jax_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    row.pop("_call", None)
+
+
+def interleaved(f, g, rounds):
+    """(median seconds per call of f, of g), timed in alternating rounds of ROUND_CALLS calls
+    each (f's, then g's), after WARM calls of each; at least 3 rounds, fewer than `rounds`
+    where the calls would take over 2 * BUDGET. Each batch starts ROUND_PAUSE after the
+    other's: XLA's and OpenMP's worker threads spin a while after a call, and would take a
+    core from the first calls of the other."""
+    tf = tg = 0.0
+    for h in (f, g):
+        for _ in range(WARM):
+            t0 = time.perf_counter()
+            h()
+            t = time.perf_counter() - t0
+        tf, tg = (t, tg) if h is f else (tf, t)
+    rounds = min(rounds, max(3, int(2 * BUDGET / max(ROUND_CALLS * (tf + tg), 1e-9))))
+    times = ([], [])
+    for _ in range(rounds):
+        for h, ts in ((f, times[0]), (g, times[1])):
+            time.sleep(ROUND_PAUSE)
+            for _ in range(ROUND_CALLS):
+                t0 = time.perf_counter()
+                h()
+                ts.append(time.perf_counter() - t0)
+    return tuple(sorted(ts)[len(ts) // 2] for ts in times)
 
 
 def machine_rates():
@@ -162,7 +203,8 @@ def roofline_ms(row, rates):
 
 
 COLUMNS = [("numpy", "numpy fwd", "{:10.3f}"), ("eager", "eager v&g", "{:10.3f}"),
-           ("jit_grad", "jit_grad", "{:10.3f}"), ("jax", "jax v&g", "{:10.3f}")]
+           ("jit_alone", "jit alone", "{:10.3f}"), ("jit_grad", "jit_grad", "{:10.3f}"),
+           ("jax", "jax v&g", "{:10.3f}")]
 RATIOS = [("jit/np", "jit_grad", "numpy"), ("eager/jit", "eager", "jit_grad"), ("jax/jit", "jax", "jit_grad"),
           ("jit/roof", "jit_grad", "roof")]
 FIRSTS = [("jit 1st", "jit_first_s"), ("jax 1st", "jax_first_s")]
@@ -187,6 +229,7 @@ def format_table(rows):
         for key in ("error", "jax_error"):
             if key in r:
                 lines.append(f"  {'':<{w}}   {key.replace('_', ' ')}: {r[key]}")
+    lines.append("# jit_grad and jax v&g: timed in alternating rounds; jit alone: jit_grad before JAX was imported")
     lines.append("# ms per call (medians); jit/np = jit_grad time / NumPy forward time (a full gradient "
                  "costs >= 1 forward); 1st = first call (trace + compile), kernel: compiled or disk")
     if any("roof" in r for r in rows):

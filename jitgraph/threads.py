@@ -7,8 +7,9 @@ against 23 ms on one). When another process keeps a core busy, the chunks that m
 wait for the scheduler and the call with them, so all threads gain little and can lose: with
 a busy loop on one of 2 cores, the transformer benchmark took 26.0 ms on all threads and
 22.4 ms with this policy, the conv net 10.0 and 11.1 ms. So each compiled signature times its
-calls, keeps the faster mode, and probes the other now and then (at once when its own calls
-speed up or slow down), so a load that comes or goes is followed within a few calls.
+calls in both modes from its first calls on, keeps the faster mode, and probes the other now
+and then (at once when its own calls speed up or slow down), so a load that comes or goes is
+followed within a few calls.
 
 The mode changes thread counts. On one thread a kernel's parallel chunks run on the calling
 thread, without waking Numba's workers (codegen/launch.py; waking the workqueue layer's
@@ -27,7 +28,7 @@ import numba
 ALL, ONE = 0, 1
 MIN_CALL = 200e-6     # calls faster than this keep all threads: timing and switching cost ~2 us
 WARM = 3              # first calls not timed: page faults, thread pools starting, lazy loads
-EXPLORE = 6           # timed calls in the first mode before its pace counts
+EXPLORE = 3           # timed calls in the first mode, before the first probe of the other
 SETTLE = 2            # first calls after a change of mode, not counted (threads waking, moving)
 RING = 5              # recent call times kept per mode
 PROBE = 6             # calls of a probe of the other mode
@@ -88,8 +89,10 @@ class ThreadPolicy:
     The first 3 calls are not timed (page faults, thread pools starting: the first calls of
     the transformer benchmark took 498, 50 and 87 ms, then 15); each runs on one thread if
     /proc/loadavg showed no idle core at most of them so far, and the mode of the last one
-    stays for the next 6 and 16 more; the other mode's first probe follows (late enough that
-    a benchmark's first timed calls all run in the likely mode).
+    stays for the next 3, timed; the other mode's first probe follows at once. The load hint
+    only orders the two: one sample of /proc/loadavg can catch a passing task on a quiet
+    machine, and a hint trusted until a probe 16 calls later had run the transformer
+    benchmark's first 25 calls on one thread (21 ms, against 12.5 ms on all threads).
 
     Every `interval` calls the other mode runs a probe of 6 calls (2 if both are 3x slower)
     and takes over if its fastest settled call is 10% faster than the current mode's fastest
@@ -150,7 +153,8 @@ class ThreadPolicy:
                 if min(ring) < MIN_CALL:
                     self.deactivate()
                     return
-                self._choose(mode)         # the other mode's first probe comes INTERVAL_FIRST later
+                self._choose(mode)
+                self.probing = PROBE       # the other mode's first probe, at once
             return
         if self.probing:
             self.probing -= 1

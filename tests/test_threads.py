@@ -39,9 +39,11 @@ def test_chooses_the_faster_mode_and_follows_a_load(quiet):
 
     modes = run(p, cost, 40)
     assert p.mode == ALL and not p.exploring()
-    first = threads.WARM + threads.EXPLORE + threads.INTERVAL_FIRST
-    assert modes[:first] == [ALL] * first                            # the first probe comes late
-    assert modes[first:first + PROBE_LEN] == [ONE] * PROBE_LEN and modes[first + PROBE_LEN:].count(ONE) == 0
+    first = threads.WARM + threads.EXPLORE
+    assert modes[:first] == [ALL] * first
+    assert modes[first:first + PROBE_LEN] == [ONE] * PROBE_LEN          # the first probe, at once
+    later = modes[first + PROBE_LEN:]
+    assert later[:threads.INTERVAL_FIRST] == [ALL] * threads.INTERVAL_FIRST
     load[0] = True
     modes = run(p, cost, 60)
     assert p.mode == ONE
@@ -79,7 +81,20 @@ def test_load_hint_orders_the_first_calls(monkeypatch):
     monkeypatch.setattr(threads, "_no_idle_core", lambda: True)
     p = ThreadPolicy(name="adaptive")
     modes = run(p, lambda m: 0.010, 30)
-    assert modes == [ONE] * 25 + [ALL] * 5        # then the first probe of all threads
+    first = threads.WARM + threads.EXPLORE
+    # the hinted mode first, then a probe of all threads, which does not win at equal times
+    assert modes == [ONE] * first + [ALL] * PROBE_LEN + [ONE] * (30 - first - PROBE_LEN)
+
+
+def test_a_wrong_load_hint_is_corrected_within_the_first_calls(monkeypatch):
+    # a passing task seen in /proc/loadavg at the first calls of a quiet machine
+    monkeypatch.setattr(threads, "_no_idle_core", lambda: True)
+    p = ThreadPolicy(name="adaptive")
+    modes = run(p, lambda m: 0.012 if m == ALL else 0.021, 40)
+    first = threads.WARM + threads.EXPLORE
+    assert modes[:first] == [ONE] * first and p.mode == ALL and p.switches == 1
+    settled = first + PROBE_LEN + threads.INTERVAL_FIRST
+    assert modes[first:settled] == [ALL] * (settled - first)
 
 
 def test_short_calls_stop_measuring(quiet):
