@@ -70,6 +70,11 @@ TRANSPOSE_REUSE = 512   # cache lines (32 KB: L1) a transposed read may touch be
 RECOMPUTE_OPS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "max", "min", "where", "integer_pow",
                            "cast", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not"))
 RECOMPUTE = True        # False: every value a later step reads stays stored (for comparisons)
+ROW_BROADCASTS_BY_ROW = True    # False: row broadcasts later loops read stay stored (comparisons)
+# ... for rows of at least this many points: a later loop reading a row broadcast by row loops
+# over the row's axes apart (MD's broadcast over 3 coordinates, read by flat loops before: its
+# calls 2.4-2.7 ms against 3.1-3.5 ms read by row)
+ROW_BROADCAST_MIN = 16
 RECOMPUTE_MAX_READS = 4
 RECOMPUTE_MAX_OPS = 6
 # reads of stored values in a recomputed value's inlined expression, counted per path: a value
@@ -200,6 +205,8 @@ class Partition:
                 self.step_of[node.id] = step
         for o in graph.outputs:
             self._need_array(o)
+        if ROW_BROADCASTS_BY_ROW:
+            self._row_broadcasts_by_row()
         if RECOMPUTE if recompute is None else recompute:
             self._recompute_cheap()
         self.materialized = self._materialized()
@@ -747,6 +754,27 @@ class Partition:
             self.steps = [s for s in self.steps if s.nodes]
             for k, s in enumerate(self.steps):
                 s.seq = k
+
+    def _row_broadcasts_by_row(self):
+        """A group member broadcasting one of the group's per-row values across the row
+        (softmax's row sum, layer norm's mean and scale: what the reverse sweep reads back)
+        is read by later loops as that per-row value, at index 0 along the broadcast axes,
+        instead of being stored at every point of the row: it becomes virtual for them, the
+        per-row value is stored, and the group keeps computing the member where its own
+        members use it. (The transformer block's softmax stored two 1 MB row broadcasts for
+        its backward loop.) Only where every later step reading it is a loop group: a
+        library op would get it expanded into a new array on every call."""
+        outputs = {o.id for o in self.graph.outputs}
+        for g in self.groups():
+            for n in g.nodes:
+                x = n.inputs[0] if n.inputs else None
+                if n.op != "broadcast" or g.members[n.id] != 2 or n.id in outputs \
+                        or g.members.get(x.id) != 1 or n.size < ROW_BROADCAST_MIN * x.size:
+                    continue
+                readers = [self.step_of.get(u.id) for u in self.users[n.id]]
+                outside = [r for r in readers if r is not g]
+                if outside and all(isinstance(r, Group) for r in outside):
+                    self.virtual.add(n.id)
 
     # ---- storage ---------------------------------------------------------------------------
     def _materialized(self):

@@ -61,6 +61,45 @@ def test_layer_norm_hvp_is_one_row_loop():
         assert step.seq == i
 
 
+def _softmax_product(s, v):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.sum((e / e.sum(axis=-1, keepdims=True) @ v) ** 2)
+
+
+def _stored_row_broadcasts(part, graph):
+    return [n for n in graph.nodes if n.op == "broadcast" and n.id in part.materialized]
+
+
+def test_a_row_broadcast_read_after_a_product_is_stored_per_row(monkeypatch):
+    # the reverse sweep of e / e.sum(...) reads the broadcast row sum after the product's
+    # adjoint (another step): it reads the per-row sum by row instead of a stored broadcast
+    rng = np.random.default_rng(0)
+    s, v = rng.standard_normal((6, 40)), rng.standard_normal((40, 3))
+    graph = jg.make_graph(_softmax_product, argnums=(0, 1), grad=True)(s, v)
+    part = codegen.Partition(graph)
+    assert not _stored_row_broadcasts(part, graph), part.describe()
+    read_by_row = [n for n in graph.nodes if n.id in part.virtual and n.op == "broadcast"
+                   and isinstance(part.step_of.get(n.id), codegen.Group)]
+    assert read_by_row and all(part.resolve(n).id in part.materialized for n in read_by_row)
+    monkeypatch.setattr(fusion, "ROW_BROADCASTS_BY_ROW", False)
+    assert _stored_row_broadcasts(codegen.Partition(graph), graph)
+    monkeypatch.setattr(fusion, "ROW_BROADCASTS_BY_ROW", True)
+    value, grads = jg.jit_grad(_softmax_product, argnums=(0, 1), wait=True)(s, v)
+    ref_value, ref_grads = jg.value_and_grad(_softmax_product, argnums=(0, 1))(s, v)
+    assert np.isclose(value, ref_value, rtol=1e-13)
+    for g, r in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
+
+
+def test_short_row_broadcasts_stay_stored():
+    # over a row of 3 (coordinates), later loops read the broadcast flat, as stored
+    rng = np.random.default_rng(0)
+    s, v = rng.standard_normal((6, 3)), rng.standard_normal((3, 3))
+    graph = jg.make_graph(_softmax_product, argnums=(0, 1), grad=True)(s, v)
+    part = codegen.Partition(graph)
+    assert _stored_row_broadcasts(part, graph), part.describe()
+
+
 def test_mlp_matmuls_are_library_calls_and_softmax_is_one_row_group():
     graph, _ = workload_graph("w2")
     part = codegen.Partition(graph)
