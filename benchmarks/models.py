@@ -15,7 +15,7 @@ measured side by side in this process:
     jax       jax.jit(jax.value_and_grad(loss_jax)), steady state (when JAX is importable)
 
 jit_grad and jax are measured in alternating rounds (ROUND_CALLS calls of one, then of the
-other, per round, each batch after a pause), so that both see the same state of the machine: on the shared virtual
+other, per round, each batch once the other's threads are idle), so that both see the same state of the machine: on the shared virtual
 machines this runs on, one program's steady-state time moved by up to 1.7x between runs
 minutes apart (the transformer block: 11.5 and 19 ms), which had made JAX/jit_grad swing
 from 0.6 to 0.9 when each was timed in a block of its own. `jit alone` is jit_grad timed
@@ -45,6 +45,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -84,7 +85,8 @@ import models  # noqa: E402  (the package benchmarks/models/, not this file)
 
 BUDGET = 3.0      # seconds of timed calls per measurement; slow ones get fewer repeats (>= 3)
 ROUND_CALLS = 3   # calls of each per round of the interleaved jit_grad / JAX measurement
-ROUND_PAUSE = 0.05  # seconds idle before each batch of a round: the other's threads stop spinning
+ROUND_PAUSE = 0.05  # seconds idle before each batch of a round, at least ...
+ROUND_QUIET_MAX = 1.0  # ... and then until no other thread of this process runs (at most this long)
 # untimed calls before jit_grad's and JAX's: on this virtual machine the first 5-8 calls on
 # both cores ran up to 1.9x slower than later ones (an idle virtual CPU warming up), for both
 WARM = 10
@@ -160,12 +162,37 @@ def time_jax(row, size, reps, seed=0):
     row.pop("_call", None)
 
 
+def _quiet():
+    """Sleep ROUND_PAUSE, then until no thread of this process but this one has been running
+    for 10 ms (sampled every 2 ms in /proc/self/task), at most ROUND_QUIET_MAX seconds."""
+    time.sleep(ROUND_PAUSE)
+    me = str(threading.get_native_id())
+    end = time.perf_counter() + ROUND_QUIET_MAX
+    idle_since = time.perf_counter()
+    while time.perf_counter() < end:
+        try:
+            busy = False
+            for task in os.listdir("/proc/self/task"):
+                if task != me:
+                    with open(f"/proc/self/task/{task}/stat") as fh:
+                        busy |= fh.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):       # no /proc: the pause alone
+            return
+        now = time.perf_counter()
+        if busy:
+            idle_since = now
+        elif now - idle_since >= 0.010:
+            return
+        time.sleep(0.002)
+
+
 def interleaved(f, g, rounds):
     """(median seconds per call of f, of g), timed in alternating rounds of ROUND_CALLS calls
     each (f's, then g's), after WARM calls of each; at least 3 rounds, fewer than `rounds`
-    where the calls would take over 2 * BUDGET. Each batch starts ROUND_PAUSE after the
-    other's: XLA's and OpenMP's worker threads spin a while after a call, and would take a
-    core from the first calls of the other."""
+    where the calls would take over 2 * BUDGET. Each batch starts once the other's threads
+    are idle (`_quiet`): after each call of the GP's JAX program one of XLA's threads kept
+    running for 95-99 ms, and with a fixed 50 ms pause the GP's jit_grad calls took 18.2 ms
+    interleaved against 11.0 alone (11.8 with 0.5 s pauses)."""
     tf = tg = 0.0
     for h in (f, g):
         for _ in range(WARM):
@@ -177,7 +204,7 @@ def interleaved(f, g, rounds):
     times = ([], [])
     for _ in range(rounds):
         for h, ts in ((f, times[0]), (g, times[1])):
-            time.sleep(ROUND_PAUSE)
+            _quiet()
             for _ in range(ROUND_CALLS):
                 t0 = time.perf_counter()
                 h()
