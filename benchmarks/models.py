@@ -15,7 +15,7 @@ measured side by side in this process:
     jax       jax.jit(jax.value_and_grad(loss_jax)), steady state (when JAX is importable)
 
 jit_grad and jax are measured in alternating rounds (ROUND_CALLS calls of one, then of the
-other, per round, each batch once the other's threads are idle), so that both see the same state of the machine: on the shared virtual
+other, per round, each batch once the other's threads are idle, after an untimed call), so that both see the same state of the machine: on the shared virtual
 machines this runs on, one program's steady-state time moved by up to 1.7x between runs
 minutes apart (the transformer block: 11.5 and 19 ms), which had made JAX/jit_grad swing
 from 0.6 to 0.9 when each was timed in a block of its own. `jit alone` is jit_grad timed
@@ -84,7 +84,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (the package benchmarks/models/, not this file)
 
 BUDGET = 3.0      # seconds of timed calls per measurement; slow ones get fewer repeats (>= 3)
-ROUND_CALLS = 3   # calls of each per round of the interleaved jit_grad / JAX measurement
+ROUND_CALLS = 3   # timed calls of each per round of the interleaved jit_grad / JAX measurement,
+ROUND_WARM = 1    # after this many untimed ones (threads woken from sleep, caches refilled)
 ROUND_PAUSE = 0.05  # seconds idle before each batch of a round, at least ...
 ROUND_QUIET_MAX = 1.0  # ... and then until no other thread of this process runs (at most this long)
 # untimed calls before jit_grad's and JAX's: on this virtual machine the first 5-8 calls on
@@ -192,7 +193,9 @@ def interleaved(f, g, rounds):
     where the calls would take over 2 * BUDGET. Each batch starts once the other's threads
     are idle (`_quiet`): after each call of the GP's JAX program one of XLA's threads kept
     running for 95-99 ms, and with a fixed 50 ms pause the GP's jit_grad calls took 18.2 ms
-    interleaved against 11.0 alone (11.8 with 0.5 s pauses)."""
+    interleaved against 11.0 alone (11.8 with 0.5 s pauses). Each batch's first ROUND_WARM
+    calls are not timed: they wake threads that slept through the other's batch and refill
+    caches it used, which a loop calling one program back to back does not pay."""
     tf = tg = 0.0
     for h in (f, g):
         for _ in range(WARM):
@@ -205,6 +208,8 @@ def interleaved(f, g, rounds):
     for _ in range(rounds):
         for h, ts in ((f, times[0]), (g, times[1])):
             _quiet()
+            for _ in range(ROUND_WARM):
+                h()
             for _ in range(ROUND_CALLS):
                 t0 = time.perf_counter()
                 h()
