@@ -79,6 +79,7 @@ import numpy as np  # noqa: E402
 
 import jitgraph as jg  # noqa: E402
 from jitgraph.bench import installed, median_time  # noqa: E402
+from jitgraph.threads import running_threads  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (the package benchmarks/models/, not this file)
@@ -172,11 +173,7 @@ def _quiet():
     idle_since = time.perf_counter()
     while time.perf_counter() < end:
         try:
-            busy = False
-            for task in os.listdir("/proc/self/task"):
-                if task != me:
-                    with open(f"/proc/self/task/{task}/stat") as fh:
-                        busy |= fh.read().rsplit(")", 1)[1].split()[0] == "R"
+            busy = running_threads(exclude={me}) > 0
         except (OSError, IndexError):       # no /proc: the pause alone
             return
         now = time.perf_counter()
@@ -196,14 +193,13 @@ def interleaved(f, g, rounds):
     interleaved against 11.0 alone (11.8 with 0.5 s pauses). Each batch's first ROUND_WARM
     calls are not timed: they wake threads that slept through the other's batch and refill
     caches it used, which a loop calling one program back to back does not pay."""
-    tf = tg = 0.0
-    for h in (f, g):
+    def last_of_warm(h):
         for _ in range(WARM):
             t0 = time.perf_counter()
             h()
-            t = time.perf_counter() - t0
-        tf, tg = (t, tg) if h is f else (tf, t)
-    rounds = min(rounds, max(3, int(2 * BUDGET / max(ROUND_CALLS * (tf + tg), 1e-9))))
+        return time.perf_counter() - t0
+    per_round = ROUND_CALLS * (last_of_warm(f) + last_of_warm(g))
+    rounds = min(rounds, max(3, int(2 * BUDGET / max(per_round, 1e-9))))
     times = ([], [])
     for _ in range(rounds):
         for h, ts in ((f, times[0]), (g, times[1])):

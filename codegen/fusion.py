@@ -767,9 +767,10 @@ class Partition:
         outputs = {o.id for o in self.graph.outputs}
         for g in self.groups():
             for n in g.nodes:
-                x = n.inputs[0] if n.inputs else None
-                if n.op != "broadcast" or g.members[n.id] != 2 or n.id in outputs \
-                        or g.members.get(x.id) != 1 or n.size < ROW_BROADCAST_MIN * x.size:
+                if n.op != "broadcast" or g.members[n.id] != 2 or n.id in outputs:
+                    continue
+                x = n.inputs[0]
+                if g.members.get(x.id) != 1 or n.size < ROW_BROADCAST_MIN * x.size:
                     continue
                 readers = [self.step_of.get(u.id) for u in self.users[n.id]]
                 outside = [r for r in readers if r is not g]

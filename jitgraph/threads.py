@@ -53,9 +53,16 @@ def _one_thread():
     return saved
 
 
-def _running(stat_path):
-    with open(stat_path) as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "R"
+def running_threads(exclude=()):
+    """How many threads of this process are running now (state R in /proc/self/task/*/stat),
+    leaving out those whose native ids (as strings) are in `exclude`. OSError or IndexError
+    where it cannot be read (no /proc, a thread gone meanwhile)."""
+    count = 0
+    for task in os.listdir("/proc/self/task"):
+        if task not in exclude:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                count += f.read().rsplit(")", 1)[1].split()[0] == "R"
+    return count
 
 
 def _no_idle_core():
@@ -68,9 +75,7 @@ def _no_idle_core():
     all threads once it is idle: 14.5 ms)."""
     try:
         with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-        for task in os.listdir("/proc/self/task"):
-            running -= _running(f"/proc/self/task/{task}/stat")
+            running = int(f.read().split()[3].split("/")[0]) - running_threads()
         return running >= max(1, len(os.sched_getaffinity(0)) - 1)
     except (OSError, ValueError, IndexError, AttributeError):
         return False
