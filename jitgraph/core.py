@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 
 from .errors import (JitgraphError, NotSupportedError, ShapeError, TracingError, array_method_hint,
-                     is_library_frame, numpy_scalar_call, where)
+                     is_library_frame, numpy_scalar_call, ufunc_list_hint, where)
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -718,7 +718,7 @@ class Tracer(Tensor):
 
     def _refuse_array(self, dtype=None, copy=None):
         _refuse_library_conversion()
-        hint = array_method_hint()
+        hint = array_method_hint() or ufunc_list_hint()
         if hint:
             raise TracingError(f"conversion to a NumPy array of a traced value{where()}{hint}")
         self._concrete("conversion to a NumPy array")
@@ -782,7 +782,8 @@ class EagerBox(Tensor):
             # recorded mask (const[x > 0]) or index array converts it
             return np.asarray(self.value, dtype=dtype)
         _refuse_library_conversion()
-        hint = array_method_hint() or "; use jitgraph/NumPy operations on it, or .item() for a Python scalar"
+        hint = array_method_hint() or ufunc_list_hint() or \
+            "; use jitgraph/NumPy operations on it, or .item() for a Python scalar"
         raise JitgraphError(
             f"converting a recorded value to a NumPy array would cut it out of the gradient tape{where()}{hint}")
 

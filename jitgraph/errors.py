@@ -117,6 +117,21 @@ def array_method_hint():
             + (f": write {spelled} instead" if spelled else ""))
 
 
+def ufunc_list_hint():
+    """When the user's innermost frame is calling a ufunc (`np.exp([a, b])`, a scipy.special
+    function), which converts a list holding traced values with NumPy, as no protocol looks
+    into lists: a hint to give it one array; else ''."""
+    name = _at_user_instruction(_callee_name, _CALLEE)
+    if not name or name.startswith("_"):
+        return ""
+    special = sys.modules.get("scipy.special")
+    for module, prefix in ((np, "np"), (special, "scipy.special")):
+        if module is not None and isinstance(getattr(module, name, None), np.ufunc):
+            return (f"; a ufunc (here `{prefix}.{name}`) converts a list or tuple holding traced values "
+                    f"to a NumPy array: give it one array, {prefix}.{name}(np.stack([...])), instead")
+    return ""
+
+
 def _callee_name(code, lasti):
     ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
     at = next((k for k, i in enumerate(ins) if i.offset == lasti), None)

@@ -1,5 +1,6 @@
 """Code generation: fusion structure, golden sources, runtime behaviour of compiled kernels."""
 import os
+import re
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 
 from jitgraph import codegen
 import jitgraph as jg
-from jitgraph.codegen import fusion, mathlib
+from jitgraph.codegen import emit_cpu, fusion, mathlib
 from golden_files import assert_golden
 from threads import on_threads
 from jitgraph.bench import WORKLOADS
@@ -98,6 +99,30 @@ def test_short_row_broadcasts_stay_stored():
     graph = jg.make_graph(_softmax_product, argnums=(0, 1), grad=True)(s, v)
     part = codegen.Partition(graph)
     assert _stored_row_broadcasts(part, graph), part.describe()
+
+
+def _planar_layer(z, w, u):
+    # a planar flow's layer over 2-D points: a tanh and a log per row of 2
+    a = np.tanh(z @ w)
+    return np.sum(np.log(np.abs(1.0 + (1.0 - a ** 2) * (w @ u))) + np.sum((z + np.outer(a, u)) ** 2, axis=1))
+
+
+def test_short_rows_loop_over_literal_extents():
+    """A loop over rows of 2 (or 3) points runs them over literal extents, through views with
+    literal trailing sizes (LLVM vectorizes across the rows); rows of 16 keep their size
+    symbols. Each row length compiles its own source, and every one matches eager."""
+    rng = np.random.default_rng(3)
+    f = jg.jit_grad(_planar_layer, argnums=(1, 2), wait=True)
+    for d in (2, 3, 16):
+        z, w, u = rng.standard_normal((40, d)), rng.standard_normal(d) * 0.3, rng.standard_normal(d) * 0.3
+        src = f.lower(z, w, u).source
+        literal = bool(re.search(rf"_rt\.c_view\(v\w+, \(n\d+, {d}\)\)", src)) and f"range({d})" in src
+        assert literal == (d <= emit_cpu.TINY_ROW), src
+        value, grads = f(z, w, u)
+        ref_value, ref_grads = jg.value_and_grad(_planar_layer, argnums=(1, 2))(z, w, u)
+        assert np.isclose(value, ref_value, rtol=1e-13)
+        for g, r in zip(grads, ref_grads):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
 
 
 def test_mlp_matmuls_are_library_calls_and_softmax_is_one_row_group():

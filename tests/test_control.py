@@ -303,7 +303,10 @@ def test_scan_gradient_stores_products_instead_of_recomputing():
     assert len(scans) == 2                 # one forward loop (stacking its products), one reverse
     fwd, bwd = sorted(scans, key=lambda n: n.p["reverse"])
     n_y = len(fwd.p["out_avals"]) - 2 * fwd.p["n_carry"]
-    assert n_y == 3                        # hs, and the products h @ W and x @ U per step
+    # hs, and per step the pre-activation h @ W + x @ U: one sum stored for the two
+    # products, which the reverse sweep needs only through it
+    assert n_y == 2
+    assert fwd.p["body"].outputs[-1].op == "add"
     # the reverse body: dh @ W.T, h.T @ dz, x.T @ dz, no recomputed product, and no
     # cotangent of xs (the program does not differentiate it)
     assert sum(n.op == "matmul" for n in bwd.p["body"].nodes) == 3
@@ -316,6 +319,44 @@ def test_scan_gradient_stores_products_instead_of_recomputing():
     g2 = jg.jit_grad(lambda W: np.sum(jg.grad(rnn_loss)(W, U, xs) ** 2), backend="python")
     assert_close(g2(W)[1], fd_grad(lambda t: np.sum(jg.grad(rnn_loss)(t, U, xs) ** 2), W, eps=1e-5),
           rtol=1e-5, atol=1e-7)
+
+
+def test_scan_stores_a_sum_of_products_and_keeps_a_product_read_elsewhere():
+    """A product read only through sums (`x @ U - h @ W + b`) is stored as the last sum; one
+    that another node also reads (`z * tanh(z + b)`) is stored itself. Gradients match."""
+    rng = np.random.default_rng(11)
+    W, U, b = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal((3, 4)), rng.standard_normal(4)
+    xs = rng.standard_normal((5, 2, 3))
+
+    def summed(W, U, b, xs):
+        def cell(h, x):
+            h = np.tanh(x @ U - h @ W + b)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros((2, 4)), xs)
+        return np.sum(hs ** 2)
+
+    def reused(W, U, b, xs):
+        def cell(h, x):
+            z = h @ W
+            h = z * np.tanh(z + x @ U + b)
+            return h, h
+        _, hs = jg.scan(cell, np.full((2, 4), 0.5), xs)
+        return np.sum(hs ** 2)
+
+    for fun, stored in ((summed, ["add"]), (reused, ["add", "matmul"])):
+        f = jg.jit_grad(fun, argnums=(0, 1, 2), backend="python")
+        graph = f.lower(W, U, b, xs).graph
+        fwd = min((n for n in graph.nodes if n.op == "scan"), key=lambda n: n.p["reverse"])
+        body = fwd.p["body"]
+        assert sorted(o.op for o in body.outputs[2:]) == stored     # after the carry and hs
+        v, grads = f(W, U, b, xs)
+        v_ref, grads_ref = jg.value_and_grad(fun, argnums=(0, 1, 2))(W, U, b, xs)
+        assert_close(v, v_ref)
+        for g, g_ref, k in zip(grads, grads_ref, range(3)):
+            assert_close(g, g_ref)
+            args = [W, U, b]
+            fd = fd_grad(lambda t: fun(*(args[:k] + [t] + args[k + 1:]), xs), args[k])
+            assert_close(g, fd, rtol=1e-6, atol=1e-8)
 
 
 # ---- higher order --------------------------------------------------------------------------------------

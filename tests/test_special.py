@@ -343,7 +343,8 @@ def test_scipy_python_functions_keep_scipy_semantics():
              lambda x: sc.logsumexp(np.where(x > 0, -np.inf, x), axis=1), lambda x: sc.logsumexp(x * np.inf),
              lambda x: sc.softmax(x), lambda x: sc.softmax(x, axis=1), lambda x: sc.log_softmax(x),
              lambda x: sc.log_softmax(x, axis=-1), lambda x: sc.polygamma(2, x * x + 0.5),
-             lambda x: sc.logsumexp(x[:, :0], axis=1)]
+             lambda x: sc.logsumexp(x[:, :0], axis=1), lambda x: sc.multigammaln(x * x + 2.0, 3),
+             lambda x: sc.multigammaln(x * x + 1.0, np.int64(1))]
     for f in calls:
         want = f(x)
         got = jg.eval_graph(jg.make_graph(f)(x), x)
@@ -352,6 +353,24 @@ def test_scipy_python_functions_keep_scipy_semantics():
     assert type(sc.logsumexp).__name__ == "function" and sc.logsumexp.__wrapped__ is not None
     assert sc.logsumexp(x) == sc.logsumexp.__jitgraph_original__(x)
     assert sc.logsumexp.__doc__ == sc.logsumexp.__jitgraph_original__.__doc__
+
+
+def test_multigammaln_gradient_and_refusals():
+    """multigammaln's gradient is the sum of digammas, eager, on a 0-d value and compiled; a
+    traced dimension is refused by name, a fractional one as SciPy refuses it."""
+    a = np.array([2.5, 4.0, 7.25])
+    want = sc.digamma(a) + sc.digamma(a - 0.5) + sc.digamma(a - 1.0) + sc.digamma(a - 1.5)
+    for vg in (jg.value_and_grad, lambda f: jg.jit_grad(f, backend="python")):
+        v, g = vg(lambda a: np.sum(sc.multigammaln(a, 4)))(a)
+        assert_close(v, np.sum(sc.multigammaln(a, 4)), rtol=1e-14)
+        assert_close(g, want, rtol=1e-13)
+    v, g = jg.value_and_grad(lambda a: sc.multigammaln(a, 2))(np.float64(3.0))
+    assert_close(v, sc.multigammaln(3.0, 2), rtol=1e-14)
+    assert_close(g, sc.digamma(3.0) + sc.digamma(2.5), rtol=1e-14)
+    with pytest.raises(jg.NotSupportedError, match=r"multigammaln with a traced dimension"):
+        jg.grad(lambda a: sc.multigammaln(a[0], a[1]))(a)
+    with pytest.raises(ValueError, match="positive integer"):
+        jg.grad(lambda a: np.sum(sc.multigammaln(a, 2.5)))(a)
 
 
 def test_wrappers_are_installed_once():

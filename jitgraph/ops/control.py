@@ -534,15 +534,29 @@ def _saveable(body, n_consts):
     """The nodes of a loop body worth storing per iteration for the reverse loop rather than
     recomputing there: results of library routines (products, solves, factorizations) that
     depend on the iteration, as JAX's "save dots" policy. Elementwise work is recomputed from
-    them in the reverse loop's fused loops, where it costs little."""
+    them in the reverse loop's fused loops, where it costs little.
+
+    A product read only by a sum of its shape (an RNN's `x @ Wx + h @ Wh + b`) is stored as
+    that sum instead: a sum's reverse sweep reads none of its operands, so the sum is all the
+    reverse loop needs, one array where there was one per product, and no pass adding them
+    again there."""
     variant = {n.id for n in body.inputs[:1] + body.inputs[1 + n_consts:]}
-    out = []
+    users = body.users()
+    outputs = {o.id for o in body.outputs}
+    out, seen = [], set()
     for n in body.nodes:
         if n.op in ("input", "const") or not any(x.id in variant for x in n.inputs):
             continue
         variant.add(n.id)
         if n.kind == "linalg" and not PRIMS[n.op].multiple and _is_float(n.dtype):
-            out.append(n)
+            while n.id not in outputs and len(users[n.id]) == 1:
+                u = users[n.id][0]
+                if u.op not in ("add", "sub") or u.shape != n.shape or u.dtype != n.dtype:
+                    break
+                n = u
+            if n.id not in seen:
+                seen.add(n.id)
+                out.append(n)
     return out
 
 

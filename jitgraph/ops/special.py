@@ -11,7 +11,7 @@ derivative (np.i0, NumPy's Python function, is scipy.special.i0 on traced values
 evaluated in float64 as SciPy's loops are. Ufuncs of scipy.special without an implementation
 here are refused by name.
 
-`logsumexp`, `softmax`, `log_softmax` and `polygamma` are Python functions that convert
+`logsumexp`, `softmax`, `log_softmax`, `polygamma` and `multigammaln` are Python functions that convert
 their arguments with NumPy; `install()` replaces them in the `scipy.special` module by
 wrappers that run jitgraph's versions when a traced value is among the arguments, and
 SciPy's function otherwise. (A name bound with `from scipy.special import logsumexp`
@@ -579,7 +579,7 @@ for _name in dir(sc):
         UFUNCS[_u] = _refuse(_u.__name__)
 
 
-# ---- SciPy's Python functions: logsumexp, softmax, log_softmax, polygamma --------------------------------
+# ---- SciPy's Python functions: logsumexp, softmax, log_softmax, polygamma, multigammaln -------------------
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """scipy.special.logsumexp: log(sum(b * exp(a), axis)), with the largest finite value of a
     subtracted first (and, with return_sign, the sign of the sum as a second result)."""
@@ -629,8 +629,28 @@ def log_softmax(x, axis=None):
     return t - ew.log(rd.sum(ew.exp(t), axis=axis, keepdims=True))
 
 
+def multigammaln(a, d):
+    """scipy.special.multigammaln(a, d): the log of the multivariate gamma function of dimension
+    d (an integer known when tracing), d (d - 1) / 4 log(pi) + sum over j < d of
+    gammaln(a - j / 2). SciPy raises where a <= (d - 1) / 2; on traced values that test would
+    depend on the data, so it is not made (as in JAX): gammaln's values are returned there."""
+    if isinstance(d, Tensor):
+        raise NotSupportedError(f"scipy.special.multigammaln with a traced dimension d is not "
+                                f"supported; d must be a Python int{where()}")
+    dim = np.asarray(d)[()]
+    if not np.isscalar(dim) or np.floor(dim) != dim:
+        raise ValueError("d should be a positive integer (dimension)")
+    dim = int(dim)
+    a = as_operand(a)
+    a = cast(a, a.dtype if a.dtype.kind == "f" else np.float64)
+    out = dim * (dim - 1) * 0.25 * math.log(math.pi)
+    for j in range(dim):
+        out = out + gammaln(a - 0.5 * j)
+    return out
+
+
 TRACED_FUNCTIONS = {"logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
-                    "polygamma": polygamma}
+                    "polygamma": polygamma, "multigammaln": multigammaln}
 
 
 def has_tensor(args, kwargs=None):
