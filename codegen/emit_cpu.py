@@ -92,13 +92,14 @@ PARALLEL_MIN = 2 * GRAIN   # smaller loops run serially
 OUTLINE_MIN = 256
 OUTLINE_CHECKS = 8         # LLVM's -runtime-memory-check-threshold
 VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.views_lines)
-# A nested loop whose axes after the first span at most this many points (2-D points, 3-D
-# coordinates: arrays of shape (n, 2) or (n, 3)) runs them over literal extents and reads its
-# arrays through views whose trailing sizes are literals: LLVM then unrolls the short loops and
-# vectorizes the loop over the rows, where a row's stride known only at run time kept it
-# scalar (a planar flow's row loop, tanh and log per row of 2: 57 us -> 16 us for 2,000 rows).
+# A nested loop whose last axes (after the first) span at most this many points (2-D points,
+# 3-D coordinates: arrays of shape (n, 2) or (n, 3), or (n, m, 2)) runs them over literal
+# extents and reads its arrays through views whose trailing sizes are literals: LLVM then
+# unrolls the short loops and vectorizes the loop around them, where a stride known only at
+# run time kept it scalar (a planar flow's row loop, tanh and log per row of 2: 57 us -> 16 us
+# for 2,000 rows).
 # A different short size is then a different source (a new compile), as for no other size.
-TINY_ROW = 8
+TINY_ROW = 9
 SELF = "_self_"            # in a function's lines (Emitter.function_name): the function's own name
 
 
@@ -618,13 +619,18 @@ class GroupEmitter:
         self.direct_sinks = {}    # sink id -> node (each chunk owns its output rows)
         self.views = {}           # name -> (node, prefix, suffix): what the group defines before its loop
         self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN    # in chunks
-        # rows of at most TINY_ROW points: literal extents and views (`arr`)
-        self.tiny = not self.flat and g.rank >= 2 and int(np.prod(g.shape[1:])) <= TINY_ROW
+        # trailing axes (after the first) of at most TINY_ROW points: literal extents from
+        # axis `tiny_from` on, and views with literal trailing sizes (`arr`)
+        lit = g.rank
+        while lit > 1 and int(np.prod(g.shape[lit - 1:])) <= TINY_ROW:
+            lit -= 1
+        self.tiny_from = lit
+        self.tiny = not self.flat and any(d > 1 for d in g.shape[lit:])
         self.tiny_views = {}      # name -> expression: the views `arr` reads through
 
     def extent(self, d):
         """The extent of loop axis d in the source: a literal for a short row's axes."""
-        return str(self.g.shape[d]) if self.tiny and d > 0 else self.S(self.g.shape[d])
+        return str(self.g.shape[d]) if self.tiny and d >= self.tiny_from else self.S(self.g.shape[d])
 
     def arr(self, x):
         """The array indexed for stored value x in the loop: in a loop over short rows, a view

@@ -118,6 +118,19 @@ def _group_list(groups, graph):
     return out
 
 
+def _drawn_graph(graph, groups):
+    """The graph to draw with `groups`: `graph`, or, when they are a Partition (or a Lowered's)
+    made from a graph the CPU target rewrote (products of a few terms as loops, transposed
+    products, `matmul_add`: codegen/products.py), that rewritten graph, whose nodes the groups
+    hold."""
+    part = groups.partition if hasattr(groups, "partition") else groups
+    own = getattr(part, "graph", None)
+    if own is None or own is graph or not hasattr(own, "nodes"):
+        return graph
+    ids = {n.id for n in graph.nodes}
+    return graph if all(n.id in ids for n in own.nodes) else own
+
+
 def to_dot(graph, groups=None, *, input_names=None, title=None, rankdir="TB", legend=False):
     """Graphviz DOT text for `graph`.
 
@@ -133,8 +146,10 @@ def to_dot(graph, groups=None, *, input_names=None, title=None, rankdir="TB", le
         legend: add a small legend of the node styles.
 
     Node ids in the text are the printing names of `print(graph)`, so the text
-    is deterministic for a given graph structure.
+    is deterministic for a given graph structure. Groups of a graph the CPU target
+    rewrote (a product of a few terms as a loop, say) are drawn on that graph.
     """
+    graph = _drawn_graph(graph, groups)
     names = graph.names()
     labels = {n.id: names[n.id] for n in graph.nodes}
     if input_names is not None:

@@ -38,7 +38,7 @@ import warnings, json
 warnings.simplefilter("always")
 import numpy as np, jitgraph as jg
 f = jg.jit_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
-w, x = np.linspace(-1, 1, 6).reshape(3, 2), np.cos(np.arange(12.0)).reshape(4, 3)
+w, x = np.linspace(-1, 1, 30).reshape(6, 5), np.cos(np.arange(24.0)).reshape(4, 6)
 with warnings.catch_warnings(record=True) as caught:
     v, g = f(w, x)
 ref = jg.value_and_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))(w, x)

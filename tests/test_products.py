@@ -9,6 +9,7 @@ from jitgraph import codegen
 from jitgraph.codegen import memory, runtime, strides
 from jitgraph.codegen.products import accumulate_products, rewrite_products
 from jitgraph.interpreter import evaluate
+from jitgraph.codegen import products as codegen_products
 
 
 def _l2_mlp(w1, w2, x):
@@ -190,11 +191,40 @@ def _strided_products(em):
     return [n for n in em.graph.nodes if n.id in em.part.strided]
 
 
+def test_products_of_a_few_terms_are_loops_on_the_cpu():
+    """The traced graph keeps its products; the CPU target computes one summing at most SMALL_K
+    terms per element with a short side or few terms in all (points @ a 3 x 3 matrix), or an
+    outer product (one term), as a loop fused with its neighbours, and a larger one (5 terms,
+    30 x 7) with BLAS. Values and gradients match eager and finite differences."""
+    def f(r, w, x, y):
+        return np.sum(np.tanh(x @ r.T) ** 2) + np.sum(np.sin(y @ w) * (y @ w))
+    rng = np.random.default_rng(14)
+    for k, blas in ((1, False), (3, False), (codegen_products.SMALL_K + 1, True)):
+        r, w = rng.standard_normal((3, 3)), rng.standard_normal((k, 7))
+        x, y = rng.standard_normal((30, 3)), rng.standard_normal((30, k))
+        graph = jg.make_graph(f, argnums=(0, 1), grad=True)(r, w, x, y)
+        products = [n for n in graph.nodes if n.op == "matmul" and n.id not in graph.adjoint_ids]
+        assert len(products) == 2                       # the traced graph: unchanged
+        low = jg.jit_grad(f, argnums=(0, 1), wait=True).lower(r, w, x, y)
+        cpu = codegen_products.rewrite_products(low.graph)
+        forward = [n for n in cpu.nodes if n.op == "matmul" and n.id not in cpu.adjoint_ids]
+        assert [n.inputs[1].shape for n in forward] == ([(k, 7)] if blas else [])
+        v, (gr, gw) = jg.jit_grad(f, argnums=(0, 1), wait=True)(r, w, x, y)
+        v0, (gr0, gw0) = jg.value_and_grad(f, argnums=(0, 1))(r, w, x, y)
+        np.testing.assert_allclose(v, v0, rtol=1e-13)
+        np.testing.assert_allclose(gr, gr0, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(gw, gw0, rtol=1e-12, atol=1e-13)
+        e = np.zeros_like(w)
+        e[0, 1] = 1e-6
+        np.testing.assert_allclose(gw[0, 1], (f(r, w + e, x, y) - f(r, w - e, x, y)) / 2e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize("fn, make", STRIDED, ids=[f.__name__ for f, _ in STRIDED])
-def test_batched_products_read_strided_views_in_place(fn, make):
+def test_batched_products_read_strided_views_in_place(fn, make, monkeypatch):
     """A batched product whose operands are views of stored arrays (slices, stacks of slices,
     transposes, reversals) reads them where they are; compiled, in a Python entry and as
     Python, it computes eager value_and_grad's values."""
+    monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
     args = make(np.random.default_rng(7))
     graph = jg.make_graph(fn, argnums=(0, 1), grad=True)(*args)
     _, source, em = codegen.generate(graph)
@@ -260,11 +290,12 @@ def test_strided_products_multiply_any_layout():
     np.testing.assert_array_equal(view, np.swapaxes(big[1, :2, :5, 3:7], 1, 2))
 
 
-def test_a_transposed_right_factor_of_many_small_products_is_copied_once():
+def test_a_transposed_right_factor_of_many_small_products_is_copied_once(monkeypatch):
     """An unrolled recurrence's `dh = dz @ W.T` at every step reads W transposed as the right
     factor of small products, which OpenBLAS multiplies faster from a copy: W.T is stored once
     (fusion.NT_COPY_ROWS); a transposed left factor, or a right factor of few rows, stays a
     view BLAS reads in place."""
+    monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
     from jitgraph.codegen import fusion
     rng = np.random.default_rng(10)
     w, h0, xs = rng.standard_normal((20, 20)) * 0.3, rng.standard_normal((32, 20)), rng.standard_normal((6, 32, 20))
@@ -311,6 +342,7 @@ def test_a_batched_product_reads_a_transposed_right_factor_of_large_items_in_pla
     """Items whose result reaches NT_SMALL_OUTPUT elements read a transposed right factor in
     place (OpenBLAS pays nothing for it there); smaller ones copy it."""
     from jitgraph.codegen import fusion
+    monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
 
     def f(a, b):
         return np.sum(np.tanh(a @ np.swapaxes(b, 1, 2)) ** 2)

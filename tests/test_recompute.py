@@ -23,6 +23,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import models  # noqa: E402  (benchmarks/models/)
 
 
+@pytest.fixture(autouse=True)
+def _blas_products(monkeypatch):
+    """Products stay BLAS calls here, as at realistic sizes: at these small shapes a product of a
+    few terms would be a loop of its own (codegen.products.SMALL_K), fused with its neighbours."""
+    monkeypatch.setattr(codegen.products, "SMALL_K", 0)
+
+
 def _two_layers(params, x):
     w1, w2 = params
     h = np.tanh(x @ w1)
