@@ -98,7 +98,7 @@ VIEWS_KEPT = 8             # arenas whose views a Python entry keeps (Emitter.vi
 # unrolls the short loops and vectorizes the loop around them, where a stride known only at
 # run time kept it scalar (a planar flow's row loop, tanh and log per row of 2: 57 us -> 16 us
 # for 2,000 rows).
-# A different short size is then a different source (a new compile), as for no other size.
+# A different short size is then a different source: a new compile.
 TINY_ROW = 9
 SELF = "_self_"            # in a function's lines (Emitter.function_name): the function's own name
 
