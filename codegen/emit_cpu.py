@@ -103,6 +103,14 @@ TINY_ROW = 9
 SELF = "_self_"            # in a function's lines (Emitter.function_name): the function's own name
 
 
+def _short_suffix(shape):
+    """How many trailing axes of `shape`, the first axis left out, span at most TINY_ROW points."""
+    k = 0
+    while k < len(shape) - 1 and int(np.prod(shape[len(shape) - k - 1:])) <= TINY_ROW:
+        k += 1
+    return k
+
+
 def estimated_seconds(graph):
     """A rough time of one call of `graph` at its traced sizes: its operation count at a
     fused loop's rate, its library ops' (products, factorizations) at BLAS's."""
@@ -621,11 +629,8 @@ class GroupEmitter:
         self.parallel = em.parallel and self.plan.size >= PARALLEL_MIN    # in chunks
         # trailing axes (after the first) of at most TINY_ROW points: literal extents from
         # axis `tiny_from` on, and views with literal trailing sizes (`arr`)
-        lit = g.rank
-        while lit > 1 and int(np.prod(g.shape[lit - 1:])) <= TINY_ROW:
-            lit -= 1
-        self.tiny_from = lit
-        self.tiny = not self.flat and any(d > 1 for d in g.shape[lit:])
+        self.tiny_from = g.rank - _short_suffix(g.shape)
+        self.tiny = not self.flat and any(d > 1 for d in g.shape[self.tiny_from:])
         self.tiny_views = {}      # name -> expression: the views `arr` reads through
 
     def extent(self, d):
@@ -638,9 +643,7 @@ class GroupEmitter:
         name = self.n.var(x)
         if not self.tiny or x.ndim < 2:
             return name
-        lit = 0
-        while lit < x.ndim - 1 and int(np.prod(x.shape[x.ndim - lit - 1:])) <= TINY_ROW:
-            lit += 1
+        lit = _short_suffix(x.shape)
         if all(d == 1 for d in x.shape[x.ndim - lit:]):
             return name
         shape = [self.S(d) for d in x.shape[:x.ndim - lit]] + [str(d) for d in x.shape[x.ndim - lit:]]

@@ -333,7 +333,6 @@ def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch
     """A program whose compiled entry would pass ENTRY_MAX_LINES runs from Python when its
     steps are heavy enough for Python's cost per step not to matter, and stays one compiled
     function when they are light."""
-    from jitgraph.codegen import emit_cpu
     monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 20)
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((n, 300)), rng.standard_normal((300, 300)) / 20
@@ -350,7 +349,6 @@ def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch
 def test_a_python_entry_of_few_steps_computes_what_the_graph_does(monkeypatch):
     """The source of such an entry, run as Python (its loops interpreted: small sizes),
     agrees with the reference interpreter."""
-    from jitgraph.codegen import emit_cpu
     from jitgraph.interpreter import evaluate
     monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 20)
     monkeypatch.setattr(emit_cpu, "PY_ENTRY_MAX_SHARE", 1e9)     # any steps pay at these sizes
@@ -377,7 +375,6 @@ def test_python_mode_runs_the_threaded_products_serially():
 
 def test_control_flow_keeps_a_compiled_entry(monkeypatch):
     """A scanned loop's steps ran slower from a Python entry: such programs keep theirs."""
-    from jitgraph.codegen import emit_cpu
     monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 1)
 
     def loss(h, xs):
@@ -451,7 +448,6 @@ def test_a_python_entrys_parallel_group_is_one_function_launching_itself(monkeyp
     the entry calls with ch = -1 and that runs its own chunks (`_rt.parallel_self`): no chunk
     function and launcher pair. Its partial sums, row reductions and outputs agree with
     eager gradients and are the same bits on one thread."""
-    from jitgraph.codegen import emit_cpu
     monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)     # a Python entry
 
     def loss(x, g):
@@ -632,7 +628,6 @@ def test_compiled_code_reshapes_by_c_view_and_python_entries_by_numpy():
     graph = jg.make_graph(lambda x, y: np.sum(np.tanh(x) * y), argnums=(0, 1), grad=True)(x, x)
     src = codegen.generate(graph)[1]
     assert "_rt.c_view(" in src and ".reshape(" not in src, src
-    from jitgraph.codegen import emit_cpu
     em = emit_cpu.Emitter(graph, codegen.Partition(graph))
     em.driver = True
     assert em.reshape("x", "(n0, n1)") == "x.reshape((n0, n1))"

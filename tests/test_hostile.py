@@ -330,7 +330,6 @@ def test_traced_slice_bounds_and_masks_say_what_to_write_instead():
         jg.jit(lambda x, y: x.copy().__setitem__(x > 1.0, y))(x, np.ones(2))
 
 
-
 def test_a_ufunc_given_a_list_of_traced_arrays_says_to_stack_them():
     """No protocol looks into a ufunc's list argument: NumPy converts it, and the error names
     the ufunc and the array to give it instead, recorded or traced."""
@@ -344,6 +343,7 @@ def test_a_ufunc_given_a_list_of_traced_arrays_says_to_stack_them():
     # traced scalars in a list become an object array, which jitgraph stacks: it works
     v, g = jg.value_and_grad(lambda a: np.sum(np.exp([a[0], 2 * a[1]])))(x)
     np.testing.assert_allclose(g, [np.e, 2 * np.exp(2.0), 0.0])
+
 
 # ---- 9. pickling decorated functions ---------------------------------------------------------------------
 MODULE = """

@@ -7,9 +7,9 @@ import pytest
 import jitgraph as jg
 from jitgraph import codegen
 from jitgraph.codegen import memory, runtime, strides
+from jitgraph.codegen import products as codegen_products
 from jitgraph.codegen.products import accumulate_products, rewrite_products
 from jitgraph.interpreter import evaluate
-from jitgraph.codegen import products as codegen_products
 
 
 def _l2_mlp(w1, w2, x):
@@ -206,7 +206,7 @@ def test_products_of_a_few_terms_are_loops_on_the_cpu():
         products = [n for n in graph.nodes if n.op == "matmul" and n.id not in graph.adjoint_ids]
         assert len(products) == 2                       # the traced graph: unchanged
         low = jg.jit_grad(f, argnums=(0, 1), wait=True).lower(r, w, x, y)
-        cpu = codegen_products.rewrite_products(low.graph)
+        cpu = rewrite_products(low.graph)
         forward = [n for n in cpu.nodes if n.op == "matmul" and n.id not in cpu.adjoint_ids]
         assert [n.inputs[1].shape for n in forward] == ([(k, 7)] if blas else [])
         v, (gr, gw) = jg.jit_grad(f, argnums=(0, 1), wait=True)(r, w, x, y)

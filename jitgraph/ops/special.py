@@ -642,7 +642,6 @@ def multigammaln(a, d):
         raise ValueError("d should be a positive integer (dimension)")
     dim = int(dim)
     a = as_operand(a)
-    a = cast(a, a.dtype if a.dtype.kind == "f" else np.float64)
     out = dim * (dim - 1) * 0.25 * math.log(math.pi)
     for j in range(dim):
         out = out + gammaln(a - 0.5 * j)
