@@ -187,6 +187,24 @@ class _LoopBuffers:
         return lines + [f"{ind}{a}, {b} = {b}, {a}" for a, b in swaps]
 
 
+def _compile_loop(em, t, start, carry, avals):
+    """In a Python entry, the loop whose lines start at `em.body[start]` becomes a compiled
+    function of the names it reads (run from Python, each iteration's calls cost ~1-10 us:
+    an HMM's scan of 19 steps of 3 states took 0.24 ms). The function copies the final
+    carries into workspace slots of their own and returns nothing, like the entry's other
+    functions (a compile server running another's share of them stubs it out)."""
+    if not em.driver:
+        return
+    lines = em.body[start:]
+    del em.body[start:]
+    finals = [f"{t}_f{k}" for k in range(len(carry))]
+    em.body += [f"{f} = {em.reserve((t, 'f', k), shape, dt)}" for k, (f, (shape, dt)) in enumerate(zip(finals, avals))]
+    lines += [f"_rt.copy({c}, {f})" for c, f in zip(carry, finals)]
+    params = em.free_names(lines)
+    em.body.append(em.function(lines, f"{t}_loop", params, params))
+    em.body += [f"{c} = {f}" for c, f in zip(carry, finals)]
+
+
 def _escaping(em, node, carry):
     """Lines after a loop or branch: a result that is an output of this graph is copied, as
     it may be a view of the workspace (where loops keep their carries)."""
@@ -245,6 +263,7 @@ def _scan(em, node, v, x):
     bufs = _LoopBuffers(em, t, sub, rows, avals[:nk])
     out.append(f"{t}_i = {em.new_array('1', 'np.int64')}")
     order = f"range({S(T)} - 1, -1, -1)" if p["reverse"] else f"range({S(T)})"
+    loop = len(out)
     out.append(f"for {it} in {order}:  # a real loop: the body is {sub.name}")
     for k, h in hist:
         out += em.store_row(h, it, carry[k], avals[k][0])
@@ -255,6 +274,7 @@ def _scan(em, node, v, x):
     for k, val in ys:
         if k not in in_place:
             out += em.store_row(val, it, f"{t}_r[{k}]", avals[k][0][1:])
+    _compile_loop(em, t, loop, carry, avals[:nk])
     out += _escaping(em, node, carry)
 
 
@@ -286,7 +306,9 @@ def _while(em, node, v, x):
     for c, val in zip(carry, init):
         out.append(f"{c} = {val}")
     bufs = _LoopBuffers(em, t, body, {}, p["out_avals"])
+    loop = len(out)
     out.append(f"while {cond.call(consts + carry)}[0][0]:")
     out.append(f"    {t}_r = {body.call(consts + carry, bufs.args)}")
     out += bufs.after_call(f"{t}_r", carry, "    ")
+    _compile_loop(em, t, loop, carry, p["out_avals"])
     out += _escaping(em, node, carry)

@@ -24,6 +24,16 @@ the run reads becomes the scan's final carry (the last block's carries) or a row
 stacked output. Anything else (a block reading two blocks back, a carry changing shape)
 fails the check, and the run is tried again without its first block.
 
+Moving positions. A loop that writes into a preallocated array (`traj[t + 1] = f(traj[t])`,
+a dynamic programme's `R[i, j] = ... R[i - 1, j - 1] ...`, a backward recursion `G[t] = r[t] +
+gamma * G[t + 1]`) slices and updates the array at positions that change per iteration. Such
+a slice or slice update (the same steps and extents, another start) is a gather from, or a
+scatter into, its array flattened, at a row of a constant index array: the carry is the
+whole array. Its rows of stacked input (`D[i - 1, j - 1]`, `(a[i] - b[j]) ** 2`) are made at
+once (`_stacked`): one gather, and the elementwise ops on them applied to the stacked rows.
+Views of the arguments (`a[i]`) are left out of the period search: tracing makes each where
+it is first used and reuses it, so they occur irregularly (at the first cell of each row).
+
 Growing it. Tracing makes the first iteration differ: values that only read the
 function's arguments (`A.T`) are made there and reused after, and NumPy has already
 reshaped plain initial arrays (`np.zeros(n)`). So the run is grown by dataflow, not by
@@ -57,6 +67,7 @@ from .graph import Node, flops, substitute, toposort
 from .numpy_api import cast
 from .ops.control import _scan
 from .ops.registry import PRIMS
+from .ops.shape import slices
 
 MIN_TRIPS = 3           # blocks a run needs to become a scan
 MIN_NODES = 24          # body nodes times trips
@@ -81,6 +92,12 @@ TINY_S = 2e-6
 # at least this many nodes become scans.
 ELEMENTWISE_MAX_NODES = 2000
 REROLL_MAX_S = 50e-6
+# A slice or slice update whose position moves per iteration (`R[i, j] = f(R[i - 1, j - 1])`)
+# is a gather from, or a scatter into, its whole array in the scan; its reverse sweep makes
+# an adjoint of the whole array each iteration. Seconds per element of that array, added to
+# the body's estimate: a scan over a large preallocated array with small updates stays unrolled.
+MOVE_S = 1e-9
+FOLD_MAX = 4096        # elements of an invariant made of constants that the body holds as a constant
 
 
 def enabled():
@@ -110,7 +127,16 @@ def reroll_loops(trace, roots):
 
 # ---- finding a run ------------------------------------------------------------------------------------
 def _find(nodes, roots):
-    seq = [n for n in nodes if n.op not in ("input", "const")]
+    # Views of the arguments and constants (`a[i]`, `x.T`) stay where they are, as hoisted
+    # offsets would, and out of the sequence whose period is searched: tracing makes each one
+    # where it is first needed and reuses it after (`a[i - 1]` at the first cell of row i of a
+    # double loop over a[i - 1] and b[j - 1]), which would break the period around it.
+    views = set()
+    for n in nodes:
+        if n.op in ("input", "const") or (n.inputs and PRIMS[n.op].kind == "shape"
+                                          and all(i.id in views for i in n.inputs)):
+            views.add(n.id)
+    seq = [n for n in nodes if n.id not in views]
     if len(seq) < MIN_NODES:
         return None
     users = {}
@@ -233,16 +259,23 @@ def _plan(seq, start, p, k, users, root_ids):
     body = [r for r in range(p) if not hoisted[r]]
     if not body:
         return None
-    if not _pays([blocks[0][r] for r in body], k):
+    moving = set()
+    for r in body:
+        t = blocks[1][r]
+        if any(blk[r].op != t.op or blk[r].shape != t.shape or blk[r].dtype != t.dtype
+               or len(blk[r].inputs) != len(t.inputs) for blk in blocks):
+            return None
+        if any(blk[r].params != t.params for blk in blocks):
+            if not all(_moves_like(blk[r], t) for blk in blocks):
+                return None
+            moving.add(r)
+    if not _pays([blocks[0][r] for r in body], k, [blocks[0][r] for r in moving]):
         return None
     in_body = {blk[r].id for blk in blocks for r in body}
 
     slots, inits, xrows, xkeys = {}, {}, [], {}
     for r in body:
         t = blocks[1][r]
-        if any(blk[r].op != t.op or blk[r].params != t.params or blk[r].shape != t.shape
-               or blk[r].dtype != t.dtype or len(blk[r].inputs) != len(t.inputs) for blk in blocks):
-            return None
         slots[r] = []
         for j in range(len(t.inputs)):
             got = []
@@ -288,7 +321,8 @@ def _plan(seq, start, p, k, users, root_ids):
                 else:
                     return None
     plan = _Plan(blocks=[{r: blk[r] for r in body} for blk in blocks], body=body,
-                 template={r: blocks[1][r] for r in body}, slots=slots, inits=inits, xrows=xrows)
+                 template={r: blocks[1][r] for r in body}, slots=slots, inits=inits, xrows=xrows,
+                 moving=moving)
     while _extend_front(plan, users):
         pass
     while _extend_back(plan, users):
@@ -327,8 +361,10 @@ def _match(plan, seeds, taken, fixed_prev):
                 return None
             prev.setdefault(src, u)
             continue
-        if node.id in taken or node.op != t.op or node.params != t.params or node.shape != t.shape \
+        if node.id in taken or node.op != t.op or node.shape != t.shape \
                 or node.dtype != t.dtype or len(node.inputs) != len(t.inputs):
+            return None
+        if node.params != t.params and not (r in plan.moving and _moves_like(node, t)):
             return None
         block[r] = node
         for s, u in zip(plan.slots[r], node.inputs):
@@ -479,17 +515,48 @@ def _tuple_valued(node):
     return node.op in PRIMS and PRIMS[node.op].multiple
 
 
-def _pays(body, trips):
-    """Is a scan of this body (one iteration's nodes) expected to beat its unrolled steps?"""
+def _pays(body, trips, moving=()):
+    """Is a scan of this body (one iteration's nodes) expected to beat its unrolled steps?
+    `moving` are its slices and slice updates whose position changes per iteration."""
     kinds = [PRIMS[n.op].kind for n in body]
-    if not any(k in _STEP_KINDS for k in kinds):
+    if not moving and not any(k in _STEP_KINDS for k in kinds):
         # elementwise: one fused loop unrolled, T passes as a scan; but the unrolled loop's
         # compile grows faster than its length
         return len(body) * trips >= ELEMENTWISE_MAX_NODES
     seconds = sum(flops(n) / (EST_LIBRARY_FLOPS if k == "linalg" else EST_LOOP_FLOPS) for n, k in zip(body, kinds))
+    seconds += sum(MOVE_S * n.inputs[0].size for n in moving)
     if seconds <= TINY_S:
         return True
     return seconds <= REROLL_MAX_S and not any(n.op in ("matmul", "matmul_add") for n in body)
+
+
+def _moves_like(node, t):
+    """Is `node` the slice or slice update `t` at another position (the same steps, the same
+    extents, an array of the same shape)?"""
+    if node.op not in ("slice", "update_slice") or node.op != t.op:
+        return False
+    a, b = node.p, t.p
+    return a["steps"] == b["steps"] and all(i.shape == j.shape for i, j in zip(node.inputs, t.inputs))
+
+
+def _flat_positions(node):
+    """The flat (C-order) positions in its array of the elements a slice or slice update
+    `node` reads or writes, in the slice's own C order."""
+    shape = node.inputs[0].shape
+    p = node.p
+    grid = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    return np.ascontiguousarray(grid[slices(p["starts"], p["stops"], p["steps"])].reshape(-1))
+
+
+def _moved(t, ins, idx):
+    """`t` (a slice or slice update) at the flat positions `idx`, a row of a stacked input:
+    a gather from, or a scatter into, its array flattened."""
+    x = ins[0]
+    flat = np.reshape(x, (-1,))
+    if t.op == "slice":
+        return np.reshape(bind("gather", flat, idx, axis=0), t.shape)
+    v = np.reshape(ins[1], (-1,))
+    return np.reshape(bind("scatter_set", flat, idx, v, axis=0), t.shape)
 
 
 def _init_fits(u, carry, readers):
@@ -530,13 +597,33 @@ def _rebuild(trace, nodes, plan):
                 u = cast(u, c.dtype)
             init.append(np.broadcast_to(u, c.shape) if u.shape != c.shape else u)
         xs = []
-        for us in plan.xrows:
-            values = [_constant(u) for u in us]
-            if all(v is not None for v in values):     # a constant per iteration (dt * t)
-                xs.append(trace.tracer(trace.const(np.stack(values))))
-                continue
-            x = _strided(trace, us)
+        spread = {}
+        for row, us in enumerate(plan.xrows):
+            u0 = us[0]
+            if u0.op == "broadcast" and all(u.op == "broadcast" and u.params == u0.params
+                                            and u.inputs[0].shape == u0.inputs[0].shape for u in us):
+                # rows that broadcast a small value (a layer's vector over the batch): the small
+                # values are stacked and the body broadcasts its row, where stacked broadcasts
+                # were a large array (or, lifted, a view of stride 0 that kept the body's loops
+                # scalar: a planar flow's scans ran 2.5x slower)
+                us, spread[row] = [u.inputs[0] for u in us], u0.p
+            x = _stacked(trace, us)
             xs.append(np.stack([trace.tracer(u) for u in us]) if x is None else x)
+        moves = {}
+        for r in sorted(plan.moving):
+            moves[r] = len(xs)
+            xs.append(trace.tracer(trace.const(np.stack([_flat_positions(blk[r]) for blk in plan.blocks]))))
+
+        # an invariant computed from constants (a broadcast scalar) is a constant of the body,
+        # not an operand: the reverse sweep would compute its adjoint (and 0 * inf there, where
+        # the body's values are infinite, as soft-DTW's are, warns)
+        folded = {}
+        for ss in plan.slots.values():
+            for s in ss:
+                if s[0] == "inv" and s[1].op != "const" and s[1] not in folded and s[1].size <= FOLD_MAX:
+                    v = _constant(s[1])
+                    if v is not None:
+                        folded[s[1]] = v
 
         def step(i, carry, x):
             env = {}
@@ -549,12 +636,14 @@ def _rebuild(trace, nodes, plan):
                     elif s[0] == "prev":
                         ins.append(carry[plan.carried.index(s[1])])
                     elif s[0] == "x":
-                        ins.append(x[s[1]])
+                        ins.append(bind("broadcast", x[s[1]], **spread[s[1]]) if s[1] in spread else x[s[1]])
                     elif s[1].op == "const":
                         ins.append(s[1].value)
+                    elif s[1] in folded:
+                        ins.append(folded[s[1]])
                     else:
                         ins.append(trace.tracer(s[1]))
-                v = bind(t.op, *ins, **t.p)
+                v = _moved(t, ins, x[moves[r]]) if r in moves else bind(t.op, *ins, **t.p)
                 if tuple(np.shape(v)) != t.shape or np.dtype(v.dtype) != t.dtype:
                     raise _Mismatch(t)
                 env[r] = v
@@ -636,6 +725,76 @@ def _strided(trace, us):
     if i:
         x = np.moveaxis(x, i, 0)
     return np.reshape(x, (k,) + us[0].shape)
+
+
+def _stacked(trace, us, depth=0):
+    """`np.stack(us)` (the rows of a stacked input) made at once, or None: a constant per
+    iteration (dt * t) is one constant array, slices are one strided slice or one gather, and
+    the same elementwise op on such rows is that op on the stacked rows (`(a[i] - b[j]) ** 2`
+    per cell of a double loop: four nodes, where the rows apart were four per cell)."""
+    values = [_constant(u) for u in us]
+    if all(v is not None for v in values):
+        return trace.tracer(trace.const(np.stack(values)))
+    for make in (_strided, _gathered):
+        x = make(trace, us)
+        if x is not None:
+            return x
+    return _lifted(trace, us, depth)
+
+
+def _lifted(trace, us, depth):
+    """`np.stack(us)` as their common elementwise op (or reshape, or broadcast) applied to their
+    operands stacked (`_stacked`; an operand that every row shares is broadcast), or None."""
+    u0, k = us[0], len(us)
+    if u0.op == "gather" and all(u.op == "gather" and u.inputs[0] is u0.inputs[0] and u.params == u0.params
+                                 and u.inputs[1].shape == u0.inputs[1].shape for u in us) and depth < 8:
+        # one array's rows at each row's indices (logB[:, obs[t]]): one gather at the stacked indices
+        idx = _stacked(trace, [u.inputs[1] for u in us], depth + 1)
+        if idx is None:
+            return None
+        axis = u0.p["axis"]
+        return np.moveaxis(bind("gather", trace.tracer(u0.inputs[0]), idx, axis=axis), axis, 0)
+    # (a broadcast only as an elementwise op's operand: stacked as a row itself, it would be a
+    # view of stride 0, which keeps the body's loops scalar)
+    if depth >= 8 or depth == 0 and u0.op == "broadcast" or u0.op in ("input", "const") or PRIMS[u0.op].multiple \
+            or (PRIMS[u0.op].kind != "elementwise" and u0.op not in ("reshape", "broadcast")) \
+            or any(u.op != u0.op or u.params != u0.params or u.shape != u0.shape or u.dtype != u0.dtype
+                   or len(u.inputs) != len(u0.inputs) for u in us):
+        return None
+    ins = []
+    for j, i0 in enumerate(u0.inputs):
+        vs = [u.inputs[j] for u in us]
+        if all(v is i0 for v in vs):
+            ins.append(np.broadcast_to(trace.tracer(i0), (k,) + i0.shape))
+            continue
+        if any(v.shape != i0.shape or v.dtype != i0.dtype for v in vs):
+            return None
+        x = _stacked(trace, vs, depth + 1)
+        if x is None:
+            return None
+        ins.append(x)
+    if u0.op == "reshape":
+        return np.reshape(ins[0], (k,) + u0.shape)
+    if u0.op == "broadcast":
+        lead = len(u0.shape) - len(i0.shape)
+        return np.broadcast_to(np.reshape(ins[0], (k,) + (1,) * lead + i0.shape), (k,) + u0.shape)
+    return bind(u0.op, *ins, **u0.p)
+
+
+def _gathered(trace, us):
+    """`np.stack(us)` as one gather when each of `us` is a slice of one array (optionally
+    reshaped) of the same shape at any position (`D[i - 1, j - 1]` in a double loop): one
+    node and one scatter-add adjoint, where a stack of k slices has k pad-slice adjoints.
+    None for any other `us`."""
+    reshaped = us[0].op == "reshape"
+    vs = [u.inputs[0] if reshaped else u for u in us]
+    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
+            or any(v.inputs[0] is not vs[0].inputs[0] or v.shape != vs[0].shape for v in vs):
+        return None
+    idx = np.stack([_flat_positions(v) for v in vs])
+    flat = np.reshape(trace.tracer(vs[0].inputs[0]), (-1,))
+    rows = bind("gather", flat, trace.tracer(trace.const(idx)), axis=0)
+    return np.reshape(rows, (len(us),) + us[0].shape)
 
 
 class _Mismatch(Exception):

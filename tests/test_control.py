@@ -277,13 +277,24 @@ def test_loops_in_a_python_entry(monkeypatch):
     rng = np.random.default_rng(7)
     W, U, xs = rng.standard_normal((4, 4)) * 0.5, rng.standard_normal((3, 4)), rng.standard_normal((6, 2, 3))
     f = jg.jit_grad(rnn_loss, argnums=(0, 1), wait=True)
-    assert "@njit(**_OPTS)\ndef kernel" not in f.lower(W, U, xs).source
+    src = f.lower(W, U, xs).source
+    assert "@njit(**_OPTS)\ndef kernel" not in src
+    # the loops themselves are compiled functions: from Python, each iteration's calls cost
+    # microseconds
+    entry = src.split("def kernel(")[1]
+    assert entry.count("_loop(") == 2 and "for " not in entry
     for _ in range(2):
         v, (gW, gU) = f(W, U, xs)
         v_ref, (gW_ref, gU_ref) = jg.value_and_grad(rnn_loss, argnums=(0, 1))(W, U, xs)
         assert_close(v, v_ref)
         assert_close(gW, gW_ref)
         assert_close(gU, gU_ref)
+
+    def doubling(x):
+        return jg.while_loop(lambda c: np.sum(c) < 100, lambda c: c * 2, np.sin(x) + 2)
+    g = jg.jit(doubling, wait=True)
+    assert "while " not in g.lower(np.ones(3)).source.split("def kernel(")[1]
+    assert_close(g(np.ones(3)), doubling(np.ones(3)))
 
 
 def rnn_loss(W, U, xs):

@@ -336,3 +336,161 @@ def test_stacked_outputs_do_not_make_tracing_quadratic(monkeypatch):
     rng = np.random.default_rng(8)
     g = trace_graph(f, (0.5 * rng.standard_normal((3, 3)), rng.standard_normal((400, 3))))
     assert scans(g) and len(calls) < 200
+
+
+# ---- loops that write into an array at a moving position -------------------------------------------
+def soft_dtw(X, Y, gamma=0.1):
+    """Cuturi and Blondel's soft-DTW recursion: a double loop of scalar item assignments."""
+    from scipy.special import logsumexp
+    D = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=2)
+    n, m = D.shape
+    R = np.full((n + 1, m + 1), np.inf)
+    R[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            r = np.array([R[i - 1, j - 1], R[i - 1, j], R[i, j - 1]])
+            R[i, j] = D[i - 1, j - 1] - gamma * logsumexp(-r / gamma)
+    return R[n, m]
+
+
+def test_a_double_loop_of_item_assignments_becomes_one_scan():
+    """Each cell reads three cells of R and writes one, at positions that move with (i, j): the
+    scan gathers and scatters at rows of a constant index array, and the cost matrix's cells,
+    read once each, are one gather before it."""
+    rng = np.random.default_rng(11)
+    args = (rng.standard_normal((6, 2)), rng.standard_normal((5, 2)))
+    g = check(soft_dtw, args)
+    assert [n.p["length"] for n in forward_scans(g)] == [29] and len(g.nodes) < 80   # (unrolled: 1,597)
+    body = forward_scans(g)[0].p["body"]
+    assert {n.op for n in body.nodes} >= {"gather", "scatter_set"}
+
+
+def test_the_reverse_loop_stores_the_cells_read_not_the_table():
+    """The reverse loop needs the cells each iteration read (stored per iteration, three
+    numbers), not the whole table as it was at each iteration."""
+    rng = np.random.default_rng(11)
+    g = check(soft_dtw, (rng.standard_normal((6, 2)), rng.standard_normal((5, 2))))
+    assert not [n for n in g.nodes if n.op == "proj" and n.shape == (29, 7, 6)]
+
+
+def planar_flow(params, z):
+    """Rezende and Mohamed's planar flows: each layer's vectors broadcast over the points."""
+    log_q = -0.5 * np.sum(z ** 2, axis=1)
+    for k in range(params["u"].shape[0]):
+        u, w, b = params["u"][k], params["w"][k], params["b"][k]
+        wu = w @ u
+        u_hat = u + (-1 + np.logaddexp(0, wu) - wu) * w / np.sum(w ** 2)
+        a = np.tanh(z @ w + b)
+        log_q = log_q - np.log(np.abs(1 + np.outer(1 - a ** 2, w) @ u_hat) + 1e-8)
+        z = z + np.outer(a, u_hat)
+    return np.mean(log_q + np.sum(z ** 2, axis=1))
+
+
+def test_rows_that_broadcast_are_stacked_small():
+    """Each layer's u_hat and w (hoisted: they depend on the parameters only) reach the body as
+    rows of 2 that the body broadcasts over the points, not as stacked (layers, points, 2)
+    arrays."""
+    rng = np.random.default_rng(14)
+    K = 5
+    params = {"u": 0.5 * rng.standard_normal((K, 2)), "w": 0.5 * rng.standard_normal((K, 2)),
+              "b": 0.1 * rng.standard_normal(K)}
+    g = check(planar_flow, (params, rng.standard_normal((40, 2))))
+    (fwd,) = forward_scans(g)
+    assert fwd.p["length"] >= K - 1
+    assert not [x for x in fwd.inputs if x.shape[:1] == (fwd.p["length"],) and x.size >= 40 * fwd.p["length"]]
+
+
+def _euler_into_trajectory(theta, x0, data, dt=0.05):
+    traj = np.zeros((data.shape[0], x0.shape[0]))
+    traj[0] = x0
+    for t in range(data.shape[0] - 1):
+        traj[t + 1] = traj[t] + dt * np.tanh(theta @ traj[t])
+    return np.sum((traj - data) ** 2)
+
+
+def _discounted_returns(w, rewards, gamma=0.9):
+    r = rewards * np.tanh(w)
+    G = np.zeros(r.shape[0])
+    G[-1] = r[-1]
+    for t in reversed(range(r.shape[0] - 1)):
+        G[t] = r[t] + gamma * G[t + 1]
+    return np.sum(G ** 2)
+
+
+def _hmm_forward(logA, logB, obs):
+    from scipy.special import logsumexp
+    alpha = np.zeros((len(obs), logA.shape[0]))
+    alpha[0] = -np.log(logA.shape[0]) + logB[:, obs[0]]
+    for t in range(1, len(obs)):
+        alpha[t] = logsumexp(alpha[t - 1][:, None] + logA, axis=0) + logB[:, obs[t]]
+    return logsumexp(alpha[-1]) + 0.01 * np.sum(alpha)
+
+
+def _same_place(w, x):
+    y = np.array(x, dtype=float)
+    for i in range(y.shape[0]):
+        y[i] = np.sin(y[i] * w[i % 3]) + y[i - 1]      # i = 0 reads the last element
+    return np.sum(y ** 2)
+
+
+def _columns(w, X):
+    H = np.zeros((X.shape[0], X.shape[1] + 1))
+    for j in range(X.shape[1]):
+        H[:, j + 1] = np.tanh(w * H[:, j] + X[:, j])
+    return np.sum(H[:, 1:] ** 2) + np.max(H)
+
+
+def _moving_args(name):
+    rng = np.random.default_rng(12)
+    if name == "trajectory":
+        return 0.5 * rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal((12, 3))
+    if name == "returns":
+        return rng.standard_normal(10), rng.standard_normal(10)
+    if name == "hmm":
+        return (np.log(rng.dirichlet(np.ones(3), size=3)), np.log(rng.dirichlet(np.ones(4), size=3)),
+                rng.integers(0, 4, 9))
+    if name == "same place":
+        return rng.standard_normal(3), rng.standard_normal(8)
+    return rng.standard_normal(4), rng.standard_normal((4, 6))
+
+
+@pytest.mark.parametrize("f, name, trips", [
+    (_euler_into_trajectory, "trajectory", 11), (_discounted_returns, "returns", 9), (_hmm_forward, "hmm", 8),
+    (_same_place, "same place", 8), (_columns, "columns", 5)])
+def test_updates_at_moving_positions(f, name, trips):
+    """A preallocated trajectory, a backward recursion, an HMM's alpha table, an update that
+    reads its own position (and, at i = 0, the array's last element), a column per iteration."""
+    g = check(f, _moving_args(name))
+    assert [n.p["length"] for n in forward_scans(g)] == [trips]
+
+
+def test_a_large_array_with_small_moving_updates_stays_unrolled():
+    """As a scan, each iteration would scatter into (and its reverse sweep make an adjoint of)
+    the whole array: 120,000 elements for a row of 300."""
+    def f(w):
+        H = np.zeros((400, 300))
+        H[0] = w
+        for t in range(6):
+            H[t + 1] = np.sin(H[t]) * 1.1 + np.cos(H[t])
+        return np.sum(H ** 2)
+    assert not scans(check(f, (np.linspace(0, 1, 300),)))
+
+
+def test_compiled_moving_updates():
+    """Compiled: soft-DTW and an HMM (whose per-step gathers of logB's columns are one gather
+    before the scan) agree with eager."""
+    rng = np.random.default_rng(13)
+    args = (rng.standard_normal((5, 2)), rng.standard_normal((4, 2)))
+    v, g = jg.jit_grad(soft_dtw, wait=True)(*args)
+    ev, eg = jg.value_and_grad(soft_dtw)(*args)
+    np.testing.assert_allclose(v, ev, rtol=1e-13)
+    np.testing.assert_allclose(g, eg, rtol=1e-11, atol=1e-14)
+    args = _moving_args("hmm")
+    f = jg.jit_grad(_hmm_forward, argnums=(0, 1), wait=True)
+    v, g = f(*args)
+    ev, eg = jg.value_and_grad(_hmm_forward, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(v, ev, rtol=1e-13)
+    for a, b in zip(g, eg):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-14)
+    graph = f.lower(*args).graph
+    assert sum(n.op == "gather" for n in graph.nodes if n.op != "scan") <= 4

@@ -530,6 +530,9 @@ def _vjp_graph(graph, diff_mask, name, saved=()):
     return g, [recomputed[n.id] for n in order]
 
 
+GATHER_SAVE_RATIO = 4
+
+
 def _saveable(body, n_consts):
     """The nodes of a loop body worth storing per iteration for the reverse loop rather than
     recomputing there: results of library routines (products, solves, factorizations) that
@@ -548,6 +551,14 @@ def _saveable(body, n_consts):
         if n.op in ("input", "const") or not any(x.id in variant for x in n.inputs):
             continue
         variant.add(n.id)
+        if n.op == "gather" and n.inputs[0].size >= GATHER_SAVE_RATIO * n.size and _is_float(n.dtype):
+            # a few elements of a large array (a dynamic programme's table, read at the cells
+            # an iteration needs): stored, the reverse loop does not need the array's value
+            # per iteration, so the forward loop stores no copy of it per iteration
+            if n.id not in seen:
+                seen.add(n.id)
+                out.append(n)
+            continue
         if n.kind == "linalg" and not PRIMS[n.op].multiple and _is_float(n.dtype):
             while n.id not in outputs and len(users[n.id]) == 1:
                 u = users[n.id][0]
@@ -592,6 +603,10 @@ def scan_vjp(cts, node, value_of):
         t = value_of(node)
         hist = [bind("proj", t, index=nk + n_y + k, shape=avals[nk + n_y + k][0],
                      dtype=avals[nk + n_y + k][1]) for k in range(nk)]
+    # a carry the reverse body does not read (its gathers are stored) needs no stored history
+    v_users = vjp.users()
+    read = [bool(v_users.get(vjp.inputs[1 + nc + k].id)) for k in range(nk)]
+    hist = [h for h, r in zip(hist, read) if r]
     out_float = [_is_float(n.dtype) for n in body.outputs]
     ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)]
     ct_carry = [ct[k] for k in range(nk) if out_float[k]]
@@ -610,6 +625,8 @@ def scan_vjp(cts, node, value_of):
     def bstep(i, carry, x):
         ctc, acc = carry
         hc, xv, cty, cth, rows = x
+        hc = iter(hc)
+        hc = [next(hc) if r else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1]) for k, r in enumerate(read)]
         primal = [i] + list(consts) + list(hc) + list(xv)
         res = inline(vjp, primal + list(ctc) + list(cty) + list(rows))
         r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
