@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 
 from .ad import backward
-from .buffers import unwrap
+from .buffers import Buffer, unwrap
 from .recording import recording
 from .reroll import reroll_loops
 from .rewrites import merge_index_checks, rewrite
@@ -102,6 +102,20 @@ def _to_numpy(v, like=None):
     return v
 
 
+def _data_buffers(arg):
+    """An argument that is not differentiated, with its NumPy arrays as Buffers (views): their
+    methods that take an array, which NumPy's convert (`X.dot(W)` with a recorded W), then
+    record; in a trace for `jit` every argument is traced and has them already."""
+    if type(arg) is np.ndarray:
+        return arg.view(Buffer)
+    if not isinstance(arg, (tuple, list, dict)):
+        return arg
+    leaves, td = tree_flatten(arg)
+    if not any(type(x) is np.ndarray for x in leaves):
+        return arg
+    return tree_unflatten(td, [x.view(Buffer) if type(x) is np.ndarray else x for x in leaves])
+
+
 def value_and_grad(fun, argnums=0, has_aux=False):
     """Eager (define-by-run) value and reverse-mode gradient of `fun`.
 
@@ -144,6 +158,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
                 boxed.append(box)
             trees.append(td)
             args[a] = tree_unflatten(td, boxed)
+        for a in range(len(args)):
+            if a not in nums:
+                args[a] = _data_buffers(args[a])
         with recording():
             out, aux = _split_aux(fun(*args, **kwargs), has_aux, fname)
         out = unwrap(out)

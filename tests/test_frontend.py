@@ -317,6 +317,31 @@ def test_control_flow_eager_loops_and_python_values():
     np.testing.assert_allclose(g, np.full(3, 2.0 + 4.0 + 12.0))
 
 
+def test_data_arguments_methods_take_recorded_operands():
+    """`X.dot(W)` with X a plain array argument and W differentiated (CS231n's layers): NumPy's
+    method converts W to an array, where no protocol sees it. Eager value_and_grad passes the
+    arguments it does not differentiate as Buffers, whose `dot` records; they stay plain NumPy
+    otherwise (an integer argument indexes, a row loop iterates, the caller's array is intact)."""
+    rng = np.random.default_rng(3)
+    X, W, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 2)), rng.standard_normal(2)
+    idx = np.array([2, 0])
+    keep = X.copy()
+
+    def layer(params, X, idx, extra):
+        h = X.reshape(X.shape[0], -1).dot(params["W"]) + params["b"]
+        rows = sum(np.sum(r) for r in X)
+        return np.sum(np.tanh(h[idx]) * extra["scale"]) + 0.0 * rows
+
+    args = ({"W": W, "b": b}, X, idx, {"scale": np.array([1.0, 2.0])})
+    v, g = jg.value_and_grad(layer)(*args)
+    ev, eg = jg.jit_grad(layer, backend="python")(*args)
+    assert v == pytest.approx(ev)
+    np.testing.assert_allclose(g["W"], eg["W"], rtol=1e-12)
+    np.testing.assert_allclose(g["b"], eg["b"], rtol=1e-12)
+    np.testing.assert_array_equal(X, keep)
+    assert type(X) is np.ndarray
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_control_flow_traced_raises_tracing_error(grad):
     x = np.array([1.0, 2.0])

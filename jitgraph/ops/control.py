@@ -530,6 +530,7 @@ def _vjp_graph(graph, diff_mask, name, saved=()):
     return g, [recomputed[n.id] for n in order]
 
 
+# a gather reading at most 1/GATHER_SAVE_RATIO of its array is stored per iteration (`_saveable`)
 GATHER_SAVE_RATIO = 4
 
 
@@ -542,7 +543,11 @@ def _saveable(body, n_consts):
     A product read only by a sum of its shape (an RNN's `x @ Wx + h @ Wh + b`) is stored as
     that sum instead: a sum's reverse sweep reads none of its operands, so the sum is all the
     reverse loop needs, one array where there was one per product, and no pass adding them
-    again there."""
+    again there.
+
+    So are gathers of a few elements of a large array (the cells of a dynamic programme's
+    table an iteration reads): then the reverse loop may not need the array at all, and the
+    forward loop stores no copy of it per iteration (`scan_vjp`)."""
     variant = {n.id for n in body.inputs[:1] + body.inputs[1 + n_consts:]}
     users = body.users()
     outputs = {o.id for o in body.outputs}
@@ -552,9 +557,6 @@ def _saveable(body, n_consts):
             continue
         variant.add(n.id)
         if n.op == "gather" and n.inputs[0].size >= GATHER_SAVE_RATIO * n.size and _is_float(n.dtype):
-            # a few elements of a large array (a dynamic programme's table, read at the cells
-            # an iteration needs): stored, the reverse loop does not need the array's value
-            # per iteration, so the forward loop stores no copy of it per iteration
             if n.id not in seen:
                 seen.add(n.id)
                 out.append(n)
@@ -625,8 +627,9 @@ def scan_vjp(cts, node, value_of):
     def bstep(i, carry, x):
         ctc, acc = carry
         hc, xv, cty, cth, rows = x
-        hc = iter(hc)
-        hc = [next(hc) if r else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1]) for k, r in enumerate(read)]
+        stored = iter(hc)       # (an unread carry's value: zeros the reverse body never reads)
+        hc = [next(stored) if r else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1])
+              for k, r in enumerate(read)]
         primal = [i] + list(consts) + list(hc) + list(xv)
         res = inline(vjp, primal + list(ctc) + list(cty) + list(rows))
         r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
