@@ -153,9 +153,11 @@ def chunk_count(limit, extent, most=MAX_CHUNKS):
 
 def uses_threads(source):
     """Does this generated module run work on Numba's threads: chunks of its loops
-    (codegen/launch.py), or runtime helpers splitting products?"""
-    return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "matmul2d_par", "matmul2d_acc_par",
-                                                          "matmul_batched_par", "matmul_strided_par"))
+    (codegen/launch.py; a Python entry's parallel groups launch their own), or runtime
+    helpers splitting products? (Such a program's calls follow the thread policy.)"""
+    return any(f"_rt.{name}(" in source for name in ("parallel_chunks", "parallel_self", "matmul2d_par",
+                                                          "matmul2d_acc_par", "matmul_batched_par",
+                                                          "matmul_strided_par"))
 
 
 # The CPU's spelling of the scalar language (jitgraph/ops/scalar.py): NumPy's ufuncs, which

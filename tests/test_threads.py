@@ -223,6 +223,29 @@ def test_results_do_not_depend_on_the_mode(monkeypatch, name):
     np.testing.assert_allclose(outs[0][1][0], ref[1][0], rtol=1e-10, atol=1e-12)
 
 
+def test_a_python_entrys_parallel_groups_follow_the_policy(monkeypatch):
+    """A Python entry's parallel groups launch their own chunks (`_rt.parallel_self`): such a
+    program runs threads, so its calls follow the policy. (They did not: with two busy loops
+    beside it on 2 cores, a matrix-product-state model took 400 ms a call on all threads
+    whatever JITGRAPH_THREADS said, 6.8 ms on one.)"""
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)     # a Python entry
+    monkeypatch.setenv("JITGRAPH_THREADS", "one")
+
+    def loss(w, x):                   # loops only, no product
+        return np.sum(np.tanh(x * w + 1.0) ** 2)
+    args = (np.linspace(0, 1, 300), np.random.default_rng(0).standard_normal((300, 300)))
+    f = jg.jit_grad(loss, wait=True)
+    v, g = f(*args)
+    entry = next(iter(f._entries.values()))
+    source = entry.lowered.source
+    assert "_rt.parallel_self(" in source and "_par(" not in source and "parallel_chunks" not in source
+    assert entry.threads is not None and entry.lowered.program.threads and entry.threads.mode == ONE
+    ref = jg.value_and_grad(loss)(*args)
+    np.testing.assert_allclose(v, ref[0], rtol=1e-12)
+    np.testing.assert_allclose(g, ref[1], rtol=1e-10)
+
+
 def test_programs_without_parallel_loops_have_no_policy():
     f = jg.jit_grad(layer_loss, wait=True)           # a small product: one BLAS call
     f(*layer_args(8))
