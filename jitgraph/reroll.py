@@ -523,11 +523,16 @@ def _pays(body, trips, moving=()):
         # elementwise: one fused loop unrolled, T passes as a scan; but the unrolled loop's
         # compile grows faster than its length
         return len(body) * trips >= ELEMENTWISE_MAX_NODES
+    products = any(n.op in ("matmul", "matmul_add") for n in body)
+    if moving and not products and len(body) * trips >= ELEMENTWISE_MAX_NODES:
+        # however large the array, its unrolled steps would compile for minutes (a 150 x 150
+        # dynamic programme: 22,500 cells of ~25 nodes)
+        return True
     seconds = sum(flops(n) / (EST_LIBRARY_FLOPS if k == "linalg" else EST_LOOP_FLOPS) for n, k in zip(body, kinds))
     seconds += sum(MOVE_S * n.inputs[0].size for n in moving)
     if seconds <= TINY_S:
         return True
-    return seconds <= REROLL_MAX_S and not any(n.op in ("matmul", "matmul_add") for n in body)
+    return seconds <= REROLL_MAX_S and not products
 
 
 def _moves_like(node, t):

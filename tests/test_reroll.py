@@ -476,6 +476,20 @@ def test_a_large_array_with_small_moving_updates_stays_unrolled():
     assert not scans(check(f, (np.linspace(0, 1, 300),)))
 
 
+def test_a_long_loop_of_small_moving_updates_becomes_a_scan_however_large_the_array():
+    """400 iterations each writing one element of 60,000: as a scan each iteration scatters into
+    the whole array, but unrolled, such a loop's compile grows with its thousands of nodes."""
+    def f(w, x):
+        y = np.zeros(60_000)
+        y[0] = w[0]
+        for i in range(1, 400):
+            y[i] = y[i - 1] * w[1] + x[i]
+        return np.sum(y ** 2)
+    rng = np.random.default_rng(15)
+    g = check(f, (np.array([0.5, 0.9]), rng.standard_normal(400)))
+    assert [n.p["length"] for n in forward_scans(g)] in ([399], [398])
+
+
 def test_compiled_moving_updates():
     """Compiled: soft-DTW and an HMM (whose per-step gathers of logB's columns are one gather
     before the scan) agree with eager."""
