@@ -36,12 +36,19 @@ def _long_windows(x):
     return np.sum(np.cos(sliding_window_view(x, MAX_TERMS + 1, axis=1)) ** 2)
 
 
+def _savitzky_golay(x, h):
+    """np.convolve with a filter of 21 (a Savitzky-Golay window), per row: its adjoint sums 21
+    placed slices in one loop."""
+    return sum(np.sum(np.convolve(x[c], h, mode="valid") ** 2) for c in range(x.shape[0]))
+
+
 CASES = [
     (_conv, lambda r: (r.standard_normal((2, 3, 9, 8)), r.standard_normal((4, 3, 3, 2)) * 0.3), (0, 1), 0),
     (_strided_windows, lambda r: (r.standard_normal((3, 21)),), 0, 0),
     (_every_third, lambda r: (r.standard_normal((4, 21)),), 0, 0),
     (_repeats, lambda r: (r.standard_normal((4, 6)),), 0, 1),
     (_long_windows, lambda r: (r.standard_normal((2, 2 * MAX_TERMS + 4)),), 0, 1),
+    (_savitzky_golay, lambda r: (r.standard_normal((2, 60)), r.standard_normal(21)), (0, 1), 0),
 ]
 
 
