@@ -6,10 +6,10 @@ a function is recorded, the array creation functions called from the user's code
 (`np.zeros`, `ones`, `empty`, `full`, their `_like` forms, `eye`, `identity`) return a
 `Buffer` instead (see recording.py), and `value_and_grad` passes the arrays among the
 arguments it does not differentiate as Buffers (views, no copies): an ndarray that
-behaves exactly as one until a recorded value is written into it. From then on it stands for a recorded value, its
-`shadow` (the constant contents, updated by item assignment like any traced array):
-NumPy functions, ufuncs, operators, indexing and methods on it all read the shadow,
-and a function returning it returns the shadow.
+behaves exactly as one until a recorded value is written into it. From then on it stands
+for a recorded value, its `shadow` (the constant contents, updated by item assignment like
+any traced array): NumPy functions, ufuncs, operators, indexing and methods on it all read
+the shadow, and a function returning it returns the shadow.
 """
 import numpy as np
 
@@ -110,7 +110,7 @@ class Buffer(np.ndarray):
         """`a.dot(b)`: NumPy's method converts a recorded `b` to an array (no protocol sees
         it), so a recorded operand (or shadow) goes to `np.dot`, which records it."""
         if self._shadow is None and not tensors(b):
-            return np.ndarray.dot(self.view(np.ndarray), _plain(b), *(() if out is None else (_plain(out),)))
+            return self.view(np.ndarray).dot(_plain(b), out=_plain(out))
         if out is not None:
             raise NotImplementedError(f"a.dot(b, out=...) on traced values{where()}")
         return np.dot(_plain(self), _plain(b))

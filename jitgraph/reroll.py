@@ -67,7 +67,6 @@ from .graph import Node, flops, substitute, toposort
 from .numpy_api import cast
 from .ops.control import _scan
 from .ops.registry import PRIMS
-from .ops.shape import slices
 
 MIN_TRIPS = 3           # blocks a run needs to become a scan
 MIN_NODES = 24          # body nodes times trips
@@ -546,11 +545,16 @@ def _moves_like(node, t):
 
 def _flat_positions(node):
     """The flat (C-order) positions in its array of the elements a slice or slice update
-    `node` reads or writes, in the slice's own C order."""
+    `node` reads or writes, in the slice's own C order (made from the slice's extents: a
+    grid of the whole array per iteration was k times its size)."""
     shape = node.inputs[0].shape
+    extents = node.shape if node.op == "slice" else node.inputs[1].shape
+    strides = np.cumprod((1,) + tuple(shape[:0:-1]), dtype=np.int64)[::-1]
     p = node.p
-    grid = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
-    return np.ascontiguousarray(grid[slices(p["starts"], p["stops"], p["steps"])].reshape(-1))
+    pos = np.zeros((), dtype=np.int64)
+    for start, step, n, stride in zip(p["starts"], p["steps"], extents, strides):
+        pos = pos[..., None] + (start + step * np.arange(n, dtype=np.int64)) * stride
+    return pos.reshape(-1)
 
 
 def _moved(t, ins, idx):
@@ -699,15 +703,24 @@ def _reaches(roots, ids, floor):
     return False
 
 
+def _row_slices(us):
+    """The slices that the rows `us` are, when each is a slice (or the reshape of one) of the
+    same array; else None."""
+    reshaped = us[0].op == "reshape"
+    vs = [u.inputs[0] if reshaped else u for u in us]
+    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
+            or any(v.inputs[0] is not vs[0].inputs[0] for v in vs):
+        return None
+    return vs
+
+
 def _strided(trace, us):
     """`np.stack(us)` as one strided slice when each of `us` is row `s0 + b * d` (b = 0, 1, ...)
     of the same array along one axis (`ys[t]`, `x[:, t]`, optionally reshaped): the stacked
     copy and its adjoint (a `pad_slice` per row) become one slice and one `pad_slice`.
     None for any other `us`."""
-    reshaped = us[0].op == "reshape"
-    vs = [u.inputs[0] if reshaped else u for u in us]
-    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
-            or any(v.inputs[0] is not vs[0].inputs[0] for v in vs):
+    vs = _row_slices(us)
+    if vs is None:
         return None
     k = len(vs)
     starts = np.array([v.p["starts"] for v in vs])
@@ -751,8 +764,10 @@ def _lifted(trace, us, depth):
     """`np.stack(us)` as their common elementwise op (or reshape, or broadcast) applied to their
     operands stacked (`_stacked`; an operand that every row shares is broadcast), or None."""
     u0, k = us[0], len(us)
+    if depth >= 8:
+        return None
     if u0.op == "gather" and all(u.op == "gather" and u.inputs[0] is u0.inputs[0] and u.params == u0.params
-                                 and u.inputs[1].shape == u0.inputs[1].shape for u in us) and depth < 8:
+                                 and u.inputs[1].shape == u0.inputs[1].shape for u in us):
         # one array's rows at each row's indices (logB[:, obs[t]]): one gather at the stacked indices
         idx = _stacked(trace, [u.inputs[1] for u in us], depth + 1)
         if idx is None:
@@ -761,7 +776,7 @@ def _lifted(trace, us, depth):
         return np.moveaxis(bind("gather", trace.tracer(u0.inputs[0]), idx, axis=axis), axis, 0)
     # (a broadcast only as an elementwise op's operand: stacked as a row itself, it would be a
     # view of stride 0, which keeps the body's loops scalar)
-    if depth >= 8 or depth == 0 and u0.op == "broadcast" or u0.op in ("input", "const") or PRIMS[u0.op].multiple \
+    if depth == 0 and u0.op == "broadcast" or u0.op in ("input", "const") or PRIMS[u0.op].multiple \
             or (PRIMS[u0.op].kind != "elementwise" and u0.op not in ("reshape", "broadcast")) \
             or any(u.op != u0.op or u.params != u0.params or u.shape != u0.shape or u.dtype != u0.dtype
                    or len(u.inputs) != len(u0.inputs) for u in us):
@@ -791,10 +806,8 @@ def _gathered(trace, us):
     reshaped) of the same shape at any position (`D[i - 1, j - 1]` in a double loop): one
     node and one scatter-add adjoint, where a stack of k slices has k pad-slice adjoints.
     None for any other `us`."""
-    reshaped = us[0].op == "reshape"
-    vs = [u.inputs[0] if reshaped else u for u in us]
-    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
-            or any(v.inputs[0] is not vs[0].inputs[0] or v.shape != vs[0].shape for v in vs):
+    vs = _row_slices(us)
+    if vs is None or any(v.shape != vs[0].shape for v in vs):
         return None
     idx = np.stack([_flat_positions(v) for v in vs])
     flat = np.reshape(trace.tracer(vs[0].inputs[0]), (-1,))

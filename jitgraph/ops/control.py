@@ -556,20 +556,19 @@ def _saveable(body, n_consts):
         if n.op in ("input", "const") or not any(x.id in variant for x in n.inputs):
             continue
         variant.add(n.id)
-        if n.op == "gather" and n.inputs[0].size >= GATHER_SAVE_RATIO * n.size and _is_float(n.dtype):
-            if n.id not in seen:
-                seen.add(n.id)
-                out.append(n)
+        if not _is_float(n.dtype):
             continue
-        if n.kind == "linalg" and not PRIMS[n.op].multiple and _is_float(n.dtype):
+        if n.kind == "linalg" and not PRIMS[n.op].multiple:
             while n.id not in outputs and len(users[n.id]) == 1:
                 u = users[n.id][0]
                 if u.op not in ("add", "sub") or u.shape != n.shape or u.dtype != n.dtype:
                     break
                 n = u
-            if n.id not in seen:
-                seen.add(n.id)
-                out.append(n)
+        elif n.op != "gather" or n.inputs[0].size < GATHER_SAVE_RATIO * n.size:
+            continue
+        if n.id not in seen:
+            seen.add(n.id)
+            out.append(n)
     return out
 
 
