@@ -14,7 +14,7 @@ from .errors import GradError, JitgraphError
 from .graph import Graph, toposort
 from .interpreter import evaluate
 from .loop_passes import merge_scans
-from .numpy_api import as_operand, ones_like, shape_of, zeros_like
+from .numpy_api import as_operand, keep_weak, ones_like, reshape, shape_of, zeros_like
 from .ops import stats as scipy_functions
 from .tree import TreeDef, tree_flatten, tree_unflatten
 from .values import array_value, is_static_leaf, python_int_class, supported_dtype
@@ -59,6 +59,39 @@ def _leaf_value(leaf, where_):
     raise JitgraphError(
         f"{where_} is a {type(leaf).__name__}; arguments must be NumPy arrays, Python scalars, "
         "or tuples/lists/dicts of them")
+
+
+def _scalar_packs(leaves, arg_of_leaf, nums, fname):
+    """{leaf index: (leaf indices, dtype, weak)} for the scalar leaves traced as one array input:
+    at least PACK_MIN_SCALARS undifferentiated numbers of one dtype (a char-RNN's list of
+    Python-int positions). Each is a slice of that input; a compiled entry with one array
+    parameter per number compiled for seconds (210 of them took 3.3 s), and the rows of a
+    rerolled loop read them as one strided slice."""
+    groups = {}
+    for k, leaf in enumerate(leaves):
+        if arg_of_leaf[k] in nums or isinstance(leaf, Tensor) or is_static_leaf(leaf) \
+                or not isinstance(leaf, (int, float, np.integer, np.floating)) or isinstance(leaf, bool):
+            continue
+        value, weak = _leaf_value(leaf, f"argument {arg_of_leaf[k]} of {fname}")
+        groups.setdefault((value.dtype.str, weak), []).append(k)
+    out = {}
+    for (dtype, weak), ks in groups.items():
+        if len(ks) >= PACK_MIN_SCALARS:
+            out.update({k: (ks, np.dtype(dtype), weak) for k in ks})
+    return out
+
+
+PACK_MIN_SCALARS = 16
+
+
+def graph_inputs(graph, leaves):
+    """The values of `graph`'s inputs for a call's argument leaves (`input_leaves`: a leaf's
+    position, or a tuple of positions of scalars packed in one array)."""
+    picked = graph.meta.get("input_leaves")
+    if picked is None:
+        return list(leaves)
+    return [leaves[k] if isinstance(k, int) else
+            np.array([leaves[j] for j in k], graph.inputs[i].dtype) for i, k in enumerate(picked)]
 
 
 def _check_diff_leaf(value, where_):
@@ -262,9 +295,21 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
     for a, arg in enumerate(args):
         arg_of_leaf += [a] * len(tree_flatten(arg)[0])
     tracers, inputs, input_leaves = [], [], []
+    packs, unpacked = _scalar_packs(leaves, arg_of_leaf, nums, fname), {}
     for k, leaf in enumerate(leaves):
         if is_static_leaf(leaf) and arg_of_leaf[k] not in nums:
             tracers.append(leaf)        # a Python int beyond 64 bits: a literal of this trace
+            continue
+        if k in packs:
+            ks, dtype, weak = packs[k]
+            if k == ks[0]:
+                packed = trace.new_input(len(inputs), (len(ks),), dtype)
+                inputs.append(packed.node)
+                input_leaves.append(tuple(ks))
+                for i, j in enumerate(ks):
+                    unpacked[j] = keep_weak(reshape(bind("slice", packed, starts=(i,), stops=(i + 1,), steps=(1,)),
+                                                    ()), weak)
+            tracers.append(unpacked[k])
             continue
         value, weak = _leaf_value(leaf, f"argument {arg_of_leaf[k]} of {fname}")
         if arg_of_leaf[k] in nums:
@@ -297,7 +342,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
     n_forward = len(trace.nodes)
     wrt, grad_trees, grad_leaves = [], [], []
     for a in nums:
-        idx = [j for j, k in enumerate(input_leaves) if arg_of_leaf[k] == a]
+        idx = [j for j, k in enumerate(input_leaves) if isinstance(k, int) and arg_of_leaf[k] == a]
         wrt += [inputs[j] for j in idx]
         grad_leaves += [input_leaves[j] for j in idx]
         grad_trees.append(tree_flatten(args[a])[1])
@@ -407,6 +452,4 @@ def make_graph(fun, argnums=0, grad=False, has_aux=False, reroll=True):
 def eval_graph(graph, *args):
     """Run `graph` with the reference interpreter on pytree arguments; returns fun's structure."""
     leaves, _ = tree_flatten(tuple(args))
-    picked = graph.meta.get("input_leaves")
-    inputs = leaves if picked is None else [leaves[k] for k in picked]
-    return unflatten_outputs(graph, evaluate(graph, *inputs), leaves)
+    return unflatten_outputs(graph, evaluate(graph, *graph_inputs(graph, leaves)), leaves)

@@ -115,6 +115,7 @@ class GraphTrace(Trace):
         self.nodes = []
         self._cse = {}
         self.checks = []          # (kind, node, info): run-time checks (api.run_checks)
+        self.opaque = set()       # ids of constants that stand for values (never folded)
         self.region = None        # the `checkpoint` region being traced, if any
         self.regions = {}         # node id -> checkpoint region of the nodes made inside one
         self._n_regions = 0
@@ -130,6 +131,12 @@ class GraphTrace(Trace):
 
     def const(self, value):
         value = np.asarray(value)
+        if value.size > 1 and not any(value.strides):
+            # a broadcast view (np.broadcast_to of a scalar, folded in a traced body) is a
+            # broadcast of its one value: loops read the scalar, where a constant array of
+            # the full shape was read from memory, element by element
+            one = self.const(np.asarray(value.flat[0], dtype=value.dtype))
+            return self.process("broadcast", (Tracer(self, one),), {"shape": value.shape}).node
         key = None
         if value.ndim == 0:
             key = ("const", value.dtype.str, value.tobytes())
@@ -140,6 +147,14 @@ class GraphTrace(Trace):
         self.nodes.append(node)
         if key is not None:
             self._cse[key] = node
+        return node
+
+    def placeholder(self, value):
+        """A constant node with `value` that ops never fold: it stands for a value the graph
+        is differentiated with respect to (transforms._Transposed's cotangents)."""
+        node = Node("const", (), {}, np.shape(value), np.asarray(value).dtype, value=np.array(value))
+        self.nodes.append(node)
+        self.opaque.add(node.id)
         return node
 
     def lift(self, x):
@@ -157,13 +172,13 @@ class GraphTrace(Trace):
 
     def process(self, op, args, params):
         nodes = _canonical(op, [self.to_node(a) for a in args])
-        same = _peephole(op, nodes, params)
+        same = _peephole(op, nodes, params, self.opaque)
         if same is not None:
             return Tracer(self, same)
-        if nodes and all(n.op == "const" and n.value.ndim == 0 for n in nodes) \
-                and PRIMS[op].kind == "elementwise":
-            # constant folding of scalar arithmetic (e.g. 1 / batch_size in a mean's gradient)
-            return Tracer(self, self.const(PRIMS[op].impl(*[n.value for n in nodes], **params)))
+        if nodes and all(_const_value(n, self.opaque) is not None for n in nodes):
+            folded = self._fold(op, nodes, params)
+            if folded is not None:
+                return Tracer(self, folded)
         key = (op, tuple(n.id for n in nodes), tuple(sorted(params.items())))
         try:
             hit = self._cse.get(key)
@@ -184,6 +199,34 @@ class GraphTrace(Trace):
 
     def tracer(self, node):
         return Tracer(self, node)
+
+    def _fold(self, op, nodes, params):
+        """op of constants as a constant, or None. Scalar arithmetic (1 / batch_size in a
+        mean's gradient) and small arrays: a one-hot vector set in `np.zeros` at a position
+        known when tracing (a char-RNN's inputs) is a constant, not a scatter per step. Not
+        broadcasts (a broadcast constant stays a broadcast of its one value), nor library
+        routines, loops or tuple-valued ops."""
+        prim = PRIMS[op]
+        if prim.multiple or prim.kind not in FOLDED_KINDS or op == "broadcast":
+            return None
+        values = [_const_value(n, self.opaque) for n in nodes]
+        if prim.kind == "elementwise" and all(n.op == "const" and n.value.ndim == 0 for n in nodes):
+            return self.const(prim.impl(*values, **params))
+        shape, dtype = prim.abstract(*[(n.shape, n.dtype) for n in nodes], **params)
+        if math.prod(shape) > FOLD_MAX_ELEMENTS:
+            return None
+        with np.errstate(all="ignore"):
+            value = np.asarray(prim.impl(*values, **params))
+        if value.shape != tuple(shape):
+            return None
+        value = value.astype(dtype, copy=not value.flags.writeable or value.base is not None)
+        if value.size > 1 and value.dtype.kind != "c" and np.all(value == value.flat[0]):
+            value = np.broadcast_to(value.flat[0], value.shape)    # a broadcast of its value
+        return self.const(value)
+
+
+FOLDED_KINDS = ("elementwise", "reduce", "shape", "index")
+FOLD_MAX_ELEMENTS = 1 << 16     # the largest array a trace-time op on constants folds to
 
 
 class EagerTrace(Trace):
@@ -238,16 +281,25 @@ def _is_python_scalar(x):
     return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
-def _scalar_const(node):
+def _const_value(node, opaque=()):
+    """The value of a constant or a broadcast constant (a view), else None (also for the
+    `opaque` ones)."""
+    if node.op == "broadcast":
+        x = node.inputs[0]
+        return np.broadcast_to(x.value, node.shape) if x.op == "const" and x.id not in opaque else None
+    return node.value if node.op == "const" and node.id not in opaque else None
+
+
+def _scalar_const(node, opaque=()):
     """The value of a scalar constant (possibly broadcast), else None."""
     while node.op == "broadcast":
         node = node.inputs[0]
-    if node.op == "const" and node.value.ndim == 0:
+    if node.op == "const" and node.value.ndim == 0 and node.id not in opaque:
         return node.value.item()
     return None
 
 
-def _peephole(op, nodes, params):
+def _peephole(op, nodes, params, opaque=()):
     """An existing node equal to op(nodes), for algebraic identities; None otherwise.
 
     Only identities that are exact in floating point (x*1, x-0, reshape to the
@@ -255,11 +307,11 @@ def _peephole(op, nodes, params):
     """
     if op == "mul":
         for a, b in (nodes, nodes[::-1]):
-            if _scalar_const(b) == 1 and b.shape == a.shape:
+            if _scalar_const(b, opaque) == 1 and b.shape == a.shape:
                 return a
     elif op == "sub":
         a, b = nodes
-        z = _scalar_const(b)
+        z = _scalar_const(b, opaque)
         if z == 0 and not np.signbit(z) and b.shape == a.shape:   # x - (+0.0) is x; x - (-0.0) is not
             return a
     elif op == "reshape":

@@ -41,6 +41,14 @@ def _to_scalar(a, dt):
     return np.full(1, a, dt)
 
 
+def _to_packed(values, dt):
+    """Scalar arguments as the one array input they are traced as (api._scalar_packs)."""
+    for a in values:
+        if isinstance(a, Tensor):
+            raise Inline
+    return np.array(values, dt)
+
+
 def _pass_device(a, dt):
     """CUDA target: device arrays pass through; everything else becomes a contiguous host array."""
     if isinstance(a, Tensor):
@@ -91,7 +99,7 @@ class Entry:
         lines = ["def call(leaves):"]
         ns = {"np": np, "kernel": prog.kernel, "dims": np.array(prog.sizes, dtype=np.int64),
               "Stale": Stale, "to_array": _pass_device if target == "cuda" else _to_array,
-              "to_scalar": _to_scalar, "MISSING": MISSING}
+              "to_scalar": _to_scalar, "to_packed": _to_packed, "MISSING": MISSING}
         conds = []
         for k, (kind, container, key, obj) in enumerate(guards):
             ns[f"G{k}"], ns[f"O{k}"] = container, obj
@@ -107,7 +115,11 @@ class Entry:
         names = [f"a{k}" for k in range(n_in)]
         picked = graph.meta.get("input_leaves")
         if picked is not None:        # leaves specialized on (big Python ints) are not inputs
-            lines += [f"    a{k} = leaves[{j}]" for k, j in enumerate(picked)]
+            for k, j in enumerate(picked):
+                if isinstance(j, int):
+                    lines.append(f"    a{k} = leaves[{j}]")
+                else:       # scalars traced as one array (api._scalar_packs)
+                    lines.append(f"    a{k} = to_packed(({''.join(f'leaves[{i}], ' for i in j)}), dt{k})")
         elif n_in:
             lines.append(f"    {', '.join(names)}{',' if n_in == 1 else ''} = leaves")
         for k, node in enumerate(graph.inputs):

@@ -25,7 +25,7 @@ import sys
 import threading
 import warnings
 
-from .api import unflatten_outputs
+from .api import graph_inputs, unflatten_outputs
 from .entry import Stale
 from .interpreter import evaluate
 from .lowering import COMPILE_THREAD
@@ -226,6 +226,4 @@ def _blas_threads(n):
 
 def _interpret(graph, leaves):
     """The traced function's outputs for the argument leaves, by the reference interpreter."""
-    picked = graph.meta.get("input_leaves")
-    inputs = leaves if picked is None else [leaves[k] for k in picked]
-    return unflatten_outputs(graph, evaluate(graph, *inputs), leaves)
+    return unflatten_outputs(graph, evaluate(graph, *graph_inputs(graph, leaves)), leaves)

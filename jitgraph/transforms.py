@@ -188,10 +188,8 @@ class _Transposed:
             if rec.eager:
                 u = outer.new_input(np.zeros(shape, dt))
             else:
-                # a fresh node (a 1-element array reshaped, so no constant folding reaches it)
-                z = outer.tracer(outer.const(np.zeros((max(int(np.prod(shape)), 1),), dt)))
-                u = bind("reshape", bind("cast", z, dtype=dt), shape=shape) if int(np.prod(shape)) \
-                    else outer.tracer(outer.const(np.zeros(shape, dt)))
+                # a fresh node that no constant folding reaches
+                u = outer.tracer(outer.placeholder(np.zeros(shape, dt)))
             self.u.append(u)
             self.u_nodes.append(u.node)
         self.start = len(outer.nodes)

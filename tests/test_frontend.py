@@ -620,3 +620,51 @@ def test_graph_without_grad_outputs_structure(rng):
     np.testing.assert_allclose(out["s"], np.sum(x))
     np.testing.assert_array_equal(out["t"][0], x.T)
     np.testing.assert_array_equal(out["t"][1], x[0])
+
+
+# ---- many scalar arguments; constant folding --------------------------------------------------
+def _pick_rows(W, idx, ts):
+    out = 0.0
+    for t in range(len(idx)):
+        out = out + ts[t] * np.sum(np.tanh(W[idx[t]]))
+    return out
+
+
+def test_many_scalar_arguments_are_one_array_input():
+    """A list of 20 Python ints (and one of floats) traces as one array input each; the
+    compiled call packs them, and other values of the same signature give their results."""
+    rng = np.random.default_rng(2)
+    W = rng.standard_normal((7, 3)).astype(np.float32)
+    idx = [int(i) for i in rng.integers(-7, 7, 20)]
+    ts = [float(t) for t in rng.standard_normal(20)]
+    graph = jg.make_graph(_pick_rows, grad=True)(W, idx, ts)
+    assert [(n.shape, n.dtype) for n in graph.inputs] == [((7, 3), np.float32), ((20,), np.int64),
+                                                          ((20,), np.float64)]
+    f = jg.jit_grad(_pick_rows, wait=True)
+    for k in range(2):
+        v, g = f(W, idx, ts)
+        ev, eg = jg.value_and_grad(_pick_rows)(W, idx, ts)
+        # Python floats stay weak: the float32 program stays float32, as in NumPy
+        assert np.asarray(v).dtype == np.float32 == g.dtype
+        np.testing.assert_allclose(v, ev, rtol=1e-5)
+        np.testing.assert_allclose(g, eg, rtol=1e-5, atol=1e-6)
+        idx, ts = idx[::-1], [2 * t for t in ts]
+    assert f.cache_info().traces == 1
+    # differentiated scalars stay scalars (their gradients are scalars)
+    graph = jg.make_graph(_pick_rows, argnums=2, grad=True)(W, idx, ts)
+    assert len(graph.inputs) == 2 + 20
+
+
+def test_ops_of_constants_fold_when_tracing():
+    """A one-hot vector set in np.zeros at a position known when tracing is a constant; a
+    broadcast constant stays a broadcast of its value."""
+    def f(x):
+        e = np.zeros_like(x)
+        e[2] = 1.0
+        return np.sum(x * e) + np.sum(x * (np.zeros_like(x) + 2.0))
+    graph = jg.make_graph(f, grad=True)(np.arange(5.0))
+    ops = {n.op for n in graph.nodes}
+    assert not ops & {"scatter_set", "update_slice"}
+    assert all(n.value.size <= 5 for n in graph.nodes if n.op == "const")
+    assert jg.value_and_grad(f)(np.arange(5.0))[0] == 2.0 + 20.0
+    np.testing.assert_allclose(jg.eval_graph(graph, np.arange(5.0))[1], [2, 2, 3, 2, 2])
