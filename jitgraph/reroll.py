@@ -66,6 +66,7 @@ from .core import bind
 from .graph import Node, flops, substitute, toposort
 from .numpy_api import cast
 from .ops.control import _scan
+from .ops.index import _normalized
 from .ops.registry import PRIMS
 
 MIN_TRIPS = 3           # blocks a run needs to become a scan
@@ -116,10 +117,12 @@ def reroll_loops(trace, roots):
         plan = _find(nodes, roots)
         if plan is None:
             break
+        n_checks = len(trace.checks)
         new = _rebuild(trace, nodes, plan)
         if new is None:
             break
-        roots = [new.get(r.id, r) for r in roots]
+        # (and the checks the rewrite made: the bounds of a stacked scatter's positions)
+        roots = [new.get(r.id, r) for r in roots] + [node for _, node, _ in trace.checks[n_checks:]]
     trace.checks = [(kind, node, info) for (kind, _, info), node in zip(trace.checks, roots[n_roots:])]
     return roots[:n_roots]
 
@@ -503,8 +506,12 @@ def _finish(plan, users, root_ids):
         for r, n in blk.items():
             if n.id in root_ids or any(v.id not in plan.in_body for v in users.get(n.id, ())):
                 plan.outside.setdefault(r, []).append(b)
-    plan.ys = [r for r, bs in sorted(plan.outside.items()) if any(b != k - 1 or r not in plan.inits for b in bs)]
-    if any(_tuple_valued(plan.template[r]) for r in plan.ys + plan.carried):
+    plan.ys = [r for r, bs in sorted(plan.outside.items()) if any(b != k - 1 for b in bs)]
+    # a value read after the run only from the last iteration (sinkhorn's `f[:, None]`, which
+    # tracing reused for the plan after the loop) is a carry the body overwrites, not a
+    # stacked output of every iteration: 50 x 128 x 96 stored for one 128 x 96 read
+    plan.last = [r for r, bs in sorted(plan.outside.items()) if r not in plan.ys and r not in plan.inits]
+    if any(_tuple_valued(plan.template[r]) for r in plan.ys + plan.carried + plan.last):
         return None         # (a tuple node read after the loop: its element is read there, not stacked)
     plan.first = min(n.id for n in blocks[0].values())
     return plan
@@ -605,6 +612,9 @@ def _rebuild(trace, nodes, plan):
             if u.dtype != c.dtype:
                 u = cast(u, c.dtype)
             init.append(np.broadcast_to(u, c.shape) if u.shape != c.shape else u)
+        for r in plan.last:
+            c = plan.template[r]
+            init.append(np.broadcast_to(trace.tracer(trace.const(np.zeros((), c.dtype))), c.shape))
         xs = []
         spread = {}
         for row, us in enumerate(plan.xrows):
@@ -625,7 +635,8 @@ def _rebuild(trace, nodes, plan):
 
         # an invariant computed from constants (a broadcast scalar) is a constant of the body,
         # not an operand: the reverse sweep would compute its adjoint (and 0 * inf there, where
-        # the body's values are infinite, as soft-DTW's are, warns)
+        # the body's values are infinite, as soft-DTW's are, warns). (A large broadcast of a
+        # constant stays an operand: as a broadcast in sinkhorn's body, its scans ran 12% slower.)
         folded = {}
         for ss in plan.slots.values():
             for s in ss:
@@ -656,7 +667,7 @@ def _rebuild(trace, nodes, plan):
                 if tuple(np.shape(v)) != t.shape or np.dtype(v.dtype) != t.dtype:
                     raise _Mismatch(t)
                 env[r] = v
-            return [env[r] for r in plan.carried], [env[r] for r in plan.ys]
+            return [env[r] for r in plan.carried + plan.last], [env[r] for r in plan.ys]
 
         step.__qualname__ = "rerolled_loop"
         carry, ys = _scan(step, init, xs, k, False, 0, "scan", step)
@@ -672,6 +683,8 @@ def _rebuild(trace, nodes, plan):
         for b in bs:
             if b == k - 1 and r in plan.inits:
                 replace[plan.blocks[b][r].id] = trace.to_node(carry[plan.carried.index(r)])
+            elif r in plan.last:
+                replace[plan.blocks[b][r].id] = trace.to_node(carry[len(plan.carried) + plan.last.index(r)])
             else:
                 replace[plan.blocks[b][r].id] = trace.to_node(ys[plan.ys.index(r)][b])
     after = [n for n in nodes if n.id > plan.first and n.id not in plan.in_body]
@@ -757,6 +770,9 @@ def _stacked(trace, us, depth=0):
         x = make(trace, us)
         if x is not None:
             return x
+    if all(u.op == "input" for u in us):
+        # the arguments of each iteration (a char-RNN's Python-int positions): one stack of them
+        return np.stack([trace.tracer(u) for u in us])
     return _lifted(trace, us, depth)
 
 
@@ -774,6 +790,28 @@ def _lifted(trace, us, depth):
             return None
         axis = u0.p["axis"]
         return np.moveaxis(bind("gather", trace.tracer(u0.inputs[0]), idx, axis=axis), axis, 0)
+    if u0.op == "scatter_set" and u0.p["axis"] == 0 and u0.inputs[1].ndim <= 1 \
+            and all(u.op == "scatter_set" and _same_value(u.inputs[0], u0.inputs[0]) and u.params == u0.params
+                    and u.inputs[1].shape == u0.inputs[1].shape and u.inputs[2].shape == u0.inputs[2].shape
+                    for u in us):
+        # one array set at each row's positions (a one-hot vector per step): one scatter into the
+        # rows laid end to end, at the positions offset by each row's start
+        n, shape = u0.shape[0], u0.shape
+        idx = _stacked(trace, [u.inputs[1] for u in us], depth + 1)
+        vals = _stacked(trace, [u.inputs[2] for u in us], depth + 1)
+        if idx is None or vals is None:
+            return None
+        # (each row's positions counted from its end and checked against its length first)
+        idx = np.reshape(_normalized(idx, n, 0), (k, -1)) + np.arange(0, k * n, n, dtype=np.int64)[:, None]
+        base = np.reshape(np.broadcast_to(trace.tracer(u0.inputs[0]), (k,) + shape), (k * n,) + shape[1:])
+        vals = np.reshape(vals, (-1,) + shape[1:])
+        return np.reshape(bind("scatter_set", base, np.reshape(idx, (-1,)), vals, axis=0), (k,) + shape)
+    if PRIMS[u0.op].kind == "reduce" and all(u.op == u0.op and u.params == u0.params for u in us):
+        # the same reduction of each row (a product with a one-hot vector, as a sum): of the rows
+        x = _stacked(trace, [u.inputs[0] for u in us], depth + 1)
+        if x is None:
+            return None
+        return bind(u0.op, x, **dict(u0.p, axes=tuple(a + 1 for a in u0.p["axes"])))
     # (a broadcast only as an elementwise op's operand: stacked as a row itself, it would be a
     # view of stride 0, which keeps the body's loops scalar)
     if depth == 0 and u0.op == "broadcast" or u0.op in ("input", "const") or PRIMS[u0.op].multiple \

@@ -508,3 +508,78 @@ def test_compiled_moving_updates():
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-14)
     graph = f.lower(*args).graph
     assert sum(n.op == "gather" for n in graph.nodes if n.op != "scan") <= 4
+
+
+# ---- rows made at once from Python-int positions; values read from the last iteration ---------
+def _char_rnn(W, U, idx):
+    """min-char-rnn's step: a one-hot vector set in np.zeros at a Python-int position, its
+    product with W, a tanh recurrence."""
+    h, loss = np.zeros(U.shape[0]), 0.0
+    for t in range(len(idx)):
+        x = np.zeros((W.shape[1], 1))
+        x[idx[t]] = 1.0
+        h = np.tanh(U @ h + (W @ x)[:, 0])
+        loss += np.sum(h ** 2)
+    return loss
+
+
+def _column_rnn(W, idx):
+    h, loss = np.zeros(W.shape[0]), 0.0
+    for t in range(len(idx)):
+        h = np.tanh(W @ h + W[:, idx[t]])
+        loss += np.sum(h)
+    return loss
+
+
+def _char_args(T=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return (0.3 * rng.standard_normal((6, 5)), 0.3 * rng.standard_normal((6, 6)),
+            [int(i) for i in rng.integers(-5, 5, T)])
+
+
+def test_one_hot_rows_at_python_int_positions_are_made_at_once():
+    """The per-step one-hot vectors (negative positions included) are one scatter into the rows
+    end to end and one product: before, 20 scatters and 20 products ran before the scan."""
+    args = _char_args()
+    g = check(_char_rnn, args, argnums=(0, 1))
+    assert len(forward_scans(g)) == 1 and forward_scans(g)[0].p["length"] >= 19
+    outside = [n for n in g.nodes if n.op == "scatter_set"]
+    assert len(outside) == 1 and outside[0].shape[0] >= 19 * 5
+    g = check(_column_rnn, (args[1], [i % 6 for i in args[2]]))
+    assert sum(n.op == "gather" for n in g.nodes) == 1
+
+
+def test_stacked_one_hot_positions_are_bounds_checked():
+    W, U, idx = _char_args()
+    f = jg.jit_grad(_char_rnn, argnums=(0, 1), wait=True)
+    v, g = f(W, U, idx)
+    ev, eg = jg.value_and_grad(_char_rnn, argnums=(0, 1))(W, U, idx)
+    np.testing.assert_allclose(v, ev, rtol=1e-13)
+    for a, b in zip(g, eg):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-14)
+    for bad in (5, -6):
+        idx2 = list(idx)
+        idx2[7] = bad
+        with pytest.raises(IndexError, match="out of bounds"):
+            f(W, U, idx2)
+
+
+def _sinkhorn(X, Y, eps=0.5, iters=12):
+    M = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=-1)
+    f, g = np.zeros(X.shape[0]), np.zeros(Y.shape[0])
+    for _ in range(iters):
+        f = -eps * np.log(np.sum(np.exp((g[None, :] - M) / eps), axis=1))
+        g = -eps * np.log(np.sum(np.exp((f[:, None] - M) / eps), axis=0))
+    return np.sum(np.exp((f[:, None] + g[None, :] - M) / eps) * M)
+
+
+def test_a_value_read_only_from_the_last_iteration_is_a_carry():
+    """Sinkhorn's `f[:, None]` is reused after the loop (tracing shares it): it is a carry of
+    the scan, not a stacked output of every iteration."""
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal((7, 2)), rng.standard_normal((5, 2)))
+    g = check(_sinkhorn, args)
+    (scan,) = forward_scans(g)
+    nk, avals = scan.p["n_carry"], scan.p["out_avals"]
+    ys = avals[nk:len(avals) - nk]          # (the carries, the stacked outputs, the carries' history)
+    assert scan.p["length"] >= 11 and not [s for s, _ in ys if len(s) == 3]
