@@ -468,3 +468,43 @@ def test_hvp_through_cond_and_fori_loop():
     np.testing.assert_allclose(hv, (grad(w + eps * v) - grad(w - eps * v)) / (2 * eps), rtol=1e-6, atol=1e-8)
     text = str(jg.hvp(f, backend="python").lower(w, v).graph)
     assert "scan[" in text and "cond[" in text        # still symbolic: nothing was unrolled
+
+
+def test_weight_gradients_of_a_scan_are_one_product_after_it():
+    """dW of a recurrence, a product per step (dh h^T of a vector state, h^T dz over a batch),
+    is not accumulated in the reverse loop: its factors are stacked, one product sums them."""
+    rng = np.random.default_rng(12)
+
+    def vector_state(W, xs):
+        def cell(h, x):
+            h = np.tanh(W @ h + x)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros(W.shape[0]), xs)
+        return np.sum(hs ** 2)
+
+    def batched(W, xs):
+        def cell(h, x):
+            h = np.tanh(h @ W + x)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros(xs.shape[1:]), xs)
+        return np.sum(hs ** 2)
+
+    for fun, W, xs in ((vector_state, 0.3 * rng.standard_normal((9, 9)), rng.standard_normal((7, 9))),
+                       (batched, 0.3 * rng.standard_normal((9, 9)), rng.standard_normal((7, 4, 9)))):
+        f = jg.jit_grad(fun, backend="python")
+        graph = f.lower(W, xs).graph
+        bwd = max((n for n in graph.nodes if n.op == "scan"), key=lambda n: n.p["reverse"])
+        carried = bwd.p["out_avals"][:bwd.p["n_carry"]]
+        assert all(s != W.shape for s, _ in carried)          # no accumulator of dW
+        assert any(n.op == "matmul" and n.shape == W.shape for n in graph.nodes)
+        v, g = f(W, xs)
+        v_ref, g_ref = jg.value_and_grad(fun)(W, xs)
+        assert_close(v, v_ref)
+        assert_close(g, g_ref)
+        assert_close(g, fd_grad(lambda t: fun(t, xs), W), rtol=1e-6, atol=1e-8)
+    # second derivatives through the summed product
+    h2 = jg.jit_grad(lambda W: np.sum(jg.grad(vector_state)(W, xs) ** 2), backend="python")
+    W = 0.3 * rng.standard_normal((9, 9))
+    xs = rng.standard_normal((7, 9))
+    assert_close(h2(W)[1], fd_grad(lambda t: np.sum(jg.grad(vector_state)(t, xs) ** 2), W, eps=1e-5),
+                 rtol=1e-5, atol=1e-7)

@@ -623,31 +623,121 @@ def scan_vjp(cts, node, value_of):
     ct_hist = [c if c is not None else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1])
                for c, k in zip(ct_hist, fk)] if use_hist else []
 
+    # a captured weight's cotangent that is a product per iteration (an RNN's dh_t h_{t-1}^T,
+    # or h^T dz over a batch) is not accumulated in the loop, a read and a write of the whole
+    # weight per step: its two factors are stacked outputs, and one product after the loop
+    # sums them (`_factored`)
+    n_x = len(vjp.outputs) - len(fc) - len(fk)
+    factors = {}
+    for j in range(len(fc)):
+        got = _factored(vjp.outputs[j])
+        if got is not None:
+            factors[j] = got + (vjp.outputs[j].shape,)
+    if factors:
+        vjp = Graph(vjp.inputs, vjp.outputs + [f for j in factors for f in factors[j][:2]], meta=vjp.meta)
+
+    # a carry the body only writes (a value read after the loop from its last iteration,
+    # reroll's `plan.last`) has a cotangent in the last iteration only: it is not a carry of
+    # the reverse loop, whose every other step would make and copy an array of zeros
+    b_users = body.users()
+    written = [] if use_hist or T == 0 else [j for j, k in enumerate(fk) if not b_users.get(b_ins[1 + nc + k].id)]
+    last = p["start"] + (0 if p["reverse"] else T - 1)
+
     def bstep(i, carry, x):
         ctc, acc = carry
         hc, xv, cty, cth, rows = x
         stored = iter(hc)       # (an unread carry's value: zeros the reverse body never reads)
         hc = [next(stored) if r else np.zeros(avals[nk + n_y + k][0], avals[nk + n_y + k][1])
               for k, r in enumerate(read)]
+        looped = iter(ctc)
+        ctc = [np.where(i == last, ct_carry[j], 0) if j in written else next(looped) for j in range(len(fk))]
         primal = [i] + list(consts) + list(hc) + list(xv)
         res = inline(vjp, primal + list(ctc) + list(cty) + list(rows))
-        r_c, r_k, r_x = res[:len(fc)], res[len(fc):len(fc) + len(fk)], res[len(fc) + len(fk):]
+        r_c, r_k = res[:len(fc)], res[len(fc):len(fc) + len(fk)]
+        r_x = res[len(fc) + len(fk):]
         # a carry keeps its dtype, so the float carries are exactly the differentiated ones
         new_ctc = [a + b for a, b in zip(r_k, cth)] if cth else list(r_k)
-        return (new_ctc, [a + r for a, r in zip(acc, r_c)]), list(r_x)
+        new_ctc = [c for j, c in enumerate(new_ctc) if j not in written]
+        summed = [r for j, r in enumerate(r_c) if j not in factors]
+        return (new_ctc, [a + r for a, r in zip(acc, summed)]), list(r_x)
 
-    acc0 = [zeros_like(consts[k]) for k in fc]
+    acc0 = [zeros_like(consts[k]) for k, j in zip(fc, range(len(fc))) if j not in factors]
     xs_b = (hist, list(xs), ct_ys, ct_hist, residuals)
-    (ct_init, ct_consts), ct_xs = _scan(bstep, (ct_carry, acc0), xs_b, T, not p["reverse"],
-                                        p["start"], "scan", body)
+    looped0 = [c for j, c in enumerate(ct_carry) if j not in written]
+    (ct_looped, ct_consts), ct_xs = _scan(bstep, (looped0, acc0), xs_b, T, not p["reverse"],
+                                          p["start"], "scan", body)
+    looped = iter(ct_looped)
+    ct_init = [zeros_like(ct_carry[j]) if j in written else next(looped) for j in range(len(fk))]
+    ct_xs, stacked = ct_xs[:n_x], ct_xs[n_x:]
+    accumulated = iter(ct_consts)
     out = [None] * len(node.inputs)
     for j, k in enumerate(fc):
-        out[k] = ct_consts[j]
+        if j in factors:
+            f = list(factors).index(j)
+            out[k] = _factored_sum(stacked[2 * f], stacked[2 * f + 1], *factors[j][2:])
+        else:
+            out[k] = next(accumulated)
     for j, k in enumerate(fk):
         out[nc + k] = ct_init[j]
     for j, k in enumerate(fx):
         out[nc + nk + k] = ct_xs[j]
     return out
+
+
+def _factored(node):
+    """(x, y, kind) when `node`, a weight's cotangent in one iteration, is a product of two
+    per-iteration values whose sum over the iterations is one product of their stacks:
+    kind "outer" for x * y broadcast over complementary axes (each axis longer than 1 comes
+    from one of them: dh h^T), "matmul" for x @ y of 2-D operands (h^T dz over a batch).
+    Only when the factors are no larger than twice the product. Else None."""
+    if node.op == "reshape":
+        node = node.inputs[0]
+    if not _is_float(node.dtype) or node.size < FACTORED_MIN_SIZE:
+        return None
+    if node.op == "matmul" and all(x.ndim == 2 and x.dtype == node.dtype for x in node.inputs):
+        x, y = node.inputs
+        kind = "matmul"
+    elif node.op == "mul":
+        ins = []
+        for x in node.inputs:
+            if x.op == "broadcast":
+                x = x.inputs[0]
+            if x.ndim > node.ndim or x.dtype != node.dtype:
+                return None
+            ins.append(x)
+        x, y = ins
+        xs, ys = (1,) * (node.ndim - x.ndim) + x.shape, (1,) * (node.ndim - y.ndim) + y.shape
+        if any(a > 1 and b > 1 for a, b in zip(xs, ys)) or x.size * y.size != node.size:
+            return None
+        kind = "outer"
+    else:
+        return None
+    if x.size + y.size > 2 * node.size:
+        return None
+    return x, y, kind
+
+
+# a weight's per-iteration product cotangent of at least this size is summed after the loop
+FACTORED_MIN_SIZE = 64
+
+
+def _factored_sum(X, Y, kind, shape):
+    """The sum over t of the product (`_factored`'s kind) of X[t] and Y[t], in `shape`."""
+    T = X.shape[0]
+    if kind == "matmul":                  # sum_t X[t] @ Y[t] = [X[0] .. X[T-1]] @ [Y[0]; ..; Y[T-1]]
+        m, k = X.shape[1:]
+        x = np.reshape(np.transpose(X, (1, 0, 2)), (m, T * k))
+        return np.reshape(np.matmul(x, np.reshape(Y, (T * k, Y.shape[2]))), shape)
+    r = len(shape)
+    xs = (1,) * (r - (X.ndim - 1)) + tuple(X.shape[1:])
+    ys = (1,) * (r - (Y.ndim - 1)) + tuple(Y.shape[1:])
+    xd = [d for d in range(r) if xs[d] > 1]
+    yd = [d for d in range(r) if ys[d] > 1]
+    m = np.matmul(np.transpose(np.reshape(X, (T, -1))), np.reshape(Y, (T, -1)))
+    m = np.reshape(m, tuple(shape[d] for d in xd) + tuple(shape[d] for d in yd))
+    order = xd + yd
+    m = np.transpose(m, [order.index(d) for d in sorted(order)])
+    return np.reshape(m, shape)
 
 
 def cond_vjp(cts, node, value_of):
