@@ -4,8 +4,8 @@ Numba lowers `np.exp`/`np.tanh` to scalar libm calls (PyPI's llvmlite has no
 SVML), which keeps transcendental-heavy loops scalar. These versions use only
 arithmetic, `floor`, selects and a bit cast, so loops calling them vectorize.
 
-exp: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, a degree-14
-Taylor polynomial for e^r, and 2^n built from exponent bits in two halves (so
+exp: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, a degree-11
+polynomial for e^r (see _POLY), and 2^n built from exponent bits in two halves (so
 subnormal results and overflow to inf come out right). Measured max relative
 error against NumPy: 2.2e-16 over [-700, 700]; 7x faster than libm exp in a
 4M-element loop on this machine (5.9 ms vs 40.6 ms).
@@ -49,9 +49,15 @@ LN2_LO = 1.9082149292705877e-10
 # as Python under NUMBA_DISABLE_JIT, get NumPy's functions instead: see below.)
 _F64 = ir.DoubleType()
 _I64 = ir.IntType(64)
-# e^r - 1 = r (1 + r (1/2 + r (1/6 + ... + r / 14!))): the coefficients, innermost first
-_POLY = (1.0 / 87178291200, 1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800,
-         1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0)
+# e^r - 1 = r q(r), |r| <= ln2/2: q of degree 10, the coefficients innermost (r^10) first. q
+# interpolates (e^r - 1) / r at the 11 Chebyshev nodes of the interval, solved in 60-digit
+# arithmetic (mpmath) and rounded to doubles: |q - (e^r - 1) / r| <= 2.0e-17 on the interval,
+# so r q(r) is within 7e-18 of e^r - 1. The degree-13 Taylor polynomial it replaces took
+# three more multiply-adds: exp 13.4 -> 11.6 us, tanh 15.4 -> 13.5 us for 12,288 values, the
+# same maximum errors against NumPy (2.2e-16 for exp, 4.4e-16 for tanh over [-20, 20]).
+_POLY = (2.510520637395701e-08, 2.7626357241447223e-07, 2.7557255425746435e-06, 2.4801504346997686e-05,
+         0.00019841269874800493, 0.0013888888932488599, 0.008333333333326141, 0.04166666666657314,
+         0.1666666666666667, 0.5000000000000006, 1.0)
 
 
 def _const(v):
