@@ -220,8 +220,10 @@ class GraphTrace(Trace):
         if value.shape != tuple(shape):
             return None
         value = value.astype(dtype, copy=not value.flags.writeable or value.base is not None)
-        if value.size > 1 and value.dtype.kind != "c" and np.all(value == value.flat[0]):
-            value = np.broadcast_to(value.flat[0], value.shape)    # a broadcast of its value
+        if value.size > 1 and value.dtype.itemsize in (1, 2, 4, 8):
+            bits = value.reshape(-1).view(f"u{value.dtype.itemsize}")
+            if np.all(bits == bits[0]):     # (bit for bit: -0.0 is not 0.0)
+                value = np.broadcast_to(value.flat[0], value.shape)    # a broadcast of its value
         return self.const(value)
 
 

@@ -310,11 +310,14 @@ def write_into(x, new, symbol):
         t._view.seen = t._view.base._node
 
 
-def full_like(x, fill_value, dtype=None):
-    """An array of x's shape filled with `fill_value` (x's value is not read)."""
+def full_like(x, fill_value, dtype=None, shape=None):
+    """An array of x's shape (or `shape`) filled with `fill_value` (x's value is not read)."""
     dt = np.dtype(dtype) if dtype is not None else (x.dtype if isinstance(x, Tensor) else np.asarray(x).dtype)
     c = np.asarray(fill_value, dtype=dt)
-    shape = tuple(shape_of(x))
+    if shape is None:
+        shape = tuple(shape_of(x))
+    else:
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
     if isinstance(x, Tensor):
         return broadcast_to(x._trace.lift(c), shape)
     return np.full(shape, c, dtype=dt)

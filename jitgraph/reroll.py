@@ -719,10 +719,10 @@ def _reaches(roots, ids, floor):
 def _row_slices(us):
     """The slices that the rows `us` are, when each is a slice (or the reshape of one) of the
     same array; else None."""
-    reshaped = us[0].op == "reshape"
-    vs = [u.inputs[0] if reshaped else u for u in us]
-    if any(u.op != us[0].op for u in us) or any(v.op != "slice" for v in vs) \
-            or any(v.inputs[0] is not vs[0].inputs[0] for v in vs):
+    if any(u.op != us[0].op for u in us):
+        return None
+    vs = [u.inputs[0] if us[0].op == "reshape" else u for u in us]
+    if any(v.op != "slice" for v in vs) or any(v.inputs[0] is not vs[0].inputs[0] for v in vs):
         return None
     return vs
 
@@ -780,7 +780,7 @@ def _lifted(trace, us, depth):
     """`np.stack(us)` as their common elementwise op (or reshape, or broadcast) applied to their
     operands stacked (`_stacked`; an operand that every row shares is broadcast), or None."""
     u0, k = us[0], len(us)
-    if depth >= 8:
+    if depth >= 8 or u0.op in ("input", "const"):
         return None
     if u0.op == "gather" and all(u.op == "gather" and u.inputs[0] is u0.inputs[0] and u.params == u0.params
                                  and u.inputs[1].shape == u0.inputs[1].shape for u in us):
@@ -806,7 +806,8 @@ def _lifted(trace, us, depth):
         base = np.reshape(np.broadcast_to(trace.tracer(u0.inputs[0]), (k,) + shape), (k * n,) + shape[1:])
         vals = np.reshape(vals, (-1,) + shape[1:])
         return np.reshape(bind("scatter_set", base, np.reshape(idx, (-1,)), vals, axis=0), (k,) + shape)
-    if PRIMS[u0.op].kind == "reduce" and all(u.op == u0.op and u.params == u0.params for u in us):
+    if PRIMS[u0.op].kind == "reduce" and all(u.op == u0.op and u.params == u0.params
+                                             and u.inputs[0].shape == u0.inputs[0].shape for u in us):
         # the same reduction of each row (a product with a one-hot vector, as a sum): of the rows
         x = _stacked(trace, [u.inputs[0] for u in us], depth + 1)
         if x is None:
@@ -814,7 +815,7 @@ def _lifted(trace, us, depth):
         return bind(u0.op, x, **dict(u0.p, axes=tuple(a + 1 for a in u0.p["axes"])))
     # (a broadcast only as an elementwise op's operand: stacked as a row itself, it would be a
     # view of stride 0, which keeps the body's loops scalar)
-    if depth == 0 and u0.op == "broadcast" or u0.op in ("input", "const") or PRIMS[u0.op].multiple \
+    if depth == 0 and u0.op == "broadcast" or PRIMS[u0.op].multiple \
             or (PRIMS[u0.op].kind != "elementwise" and u0.op not in ("reshape", "broadcast")) \
             or any(u.op != u0.op or u.params != u0.params or u.shape != u0.shape or u.dtype != u0.dtype
                    or len(u.inputs) != len(u0.inputs) for u in us):

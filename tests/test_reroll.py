@@ -583,3 +583,23 @@ def test_a_value_read_only_from_the_last_iteration_is_a_carry():
     nk, avals = scan.p["n_carry"], scan.p["out_avals"]
     ys = avals[nk:len(avals) - nk]          # (the carries, the stacked outputs, the carries' history)
     assert scan.p["length"] >= 11 and not [s for s, _ in ys if len(s) == 3]
+
+
+def test_second_derivatives_through_rerolled_loops():
+    """A gradient of a Python-loop RNN inside a traced gradient, and the Hessian of Sinkhorn:
+    the rows of the loops the inner derivative makes mix inputs, constants and slices (once
+    an IndexError and a KeyError when stacking them)."""
+    rng = np.random.default_rng(8)
+    W, xs = 0.4 * rng.standard_normal((5, 5)), rng.standard_normal((20, 5))
+
+    def loop_rnn(W, xs):
+        h, loss = np.zeros(W.shape[0]), 0.0
+        for t in range(xs.shape[0]):
+            h = np.tanh(W @ h + xs[t])
+            loss = loss + np.sum(h ** 2)
+        return loss
+
+    check(lambda W: np.sum(jg.grad(loop_rnn)(W, xs) ** 2), (W,))
+    X, Y = rng.standard_normal((6, 2)), rng.standard_normal((4, 2))
+    graph = jg.make_graph(jg.hessian(_sinkhorn))(X, Y)
+    np.testing.assert_allclose(jg.eval_graph(graph, X, Y), jg.hessian(_sinkhorn)(X, Y), rtol=1e-10, atol=1e-12)

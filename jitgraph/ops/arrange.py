@@ -53,13 +53,7 @@ def copy(a, order="K", subok=False):
 
 
 implements(np.empty_like)(lambda a, dtype=None, order="K", subok=True, shape=None, **kw:
-                          _like(a, 0, dtype, shape, "np.empty_like"))
-
-
-def _like(a, fill, dtype, shape, name):
-    if shape is not None:
-        raise NotSupportedError(f"{name} with shape= is not supported{where()}")
-    return full_like(as_operand(a), fill, dtype)
+                          full_like(as_operand(a), 0, dtype, shape))
 
 
 # ---- repeating ----------------------------------------------------------------------------------

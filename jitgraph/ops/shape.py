@@ -232,9 +232,12 @@ def broadcast_to_(x, shape, subok=False):
     return y
 
 
-implements(np.zeros_like)(lambda x, dtype=None, **kw: zeros_like(x, dtype))
-implements(np.ones_like)(lambda x, dtype=None, **kw: ones_like(x, dtype))
-implements(np.full_like)(lambda x, fill_value, dtype=None, **kw: full_like(x, fill_value, dtype))
+implements(np.zeros_like)(lambda x, dtype=None, order="K", subok=True, shape=None, **kw:
+                          full_like(x, 0, dtype, shape))
+implements(np.ones_like)(lambda x, dtype=None, order="K", subok=True, shape=None, **kw:
+                         full_like(x, 1, dtype, shape))
+implements(np.full_like)(lambda x, fill_value, dtype=None, order="K", subok=True, shape=None, **kw:
+                         full_like(x, fill_value, dtype, shape))
 
 
 def _norm_axes_ordered(axis, nd):
