@@ -668,3 +668,21 @@ def test_ops_of_constants_fold_when_tracing():
     assert all(n.value.size <= 5 for n in graph.nodes if n.op == "const")
     assert jg.value_and_grad(f)(np.arange(5.0))[0] == 2.0 + 20.0
     np.testing.assert_allclose(jg.eval_graph(graph, np.arange(5.0))[1], [2, 2, 3, 2, 2])
+
+
+def test_folded_zeros_keep_their_signs_and_like_functions_take_shape():
+    def f(x):
+        c = (np.zeros_like(x) + np.array([1.0, -1.0, 2.0, -2.0])) * 0.0      # [0, -0, 0, -0]
+        return np.arctan(1.0 / c) * x
+    x = np.ones(4)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(jg.jit(f, wait=True)(x), f(x))
+
+    def g(x):
+        return (np.sum(np.ones_like(x, shape=(5,))) + np.sum(np.full_like(x, 2.0, shape=(2, 3)) * x[0])
+                + np.zeros_like(x, shape=3, dtype=np.float32).sum())
+    x = np.arange(1.0, 4.0)
+    v, grad = jg.value_and_grad(g)(x)
+    assert v == g(x) == 17.0 and np.array_equal(grad, [12.0, 0.0, 0.0])
+    graph = jg.make_graph(g, grad=True)(x)
+    assert jg.eval_graph(graph, x)[0] == 17.0
