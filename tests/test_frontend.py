@@ -686,3 +686,17 @@ def test_folded_zeros_keep_their_signs_and_like_functions_take_shape():
     assert v == g(x) == 17.0 and np.array_equal(grad, [12.0, 0.0, 0.0])
     graph = jg.make_graph(g, grad=True)(x)
     assert jg.eval_graph(graph, x)[0] == 17.0
+
+
+def test_a_mask_made_of_constants_selects_as_numpy_does():
+    """A mask folded to a constant when tracing is a known selection, not a run-time mask."""
+    def f(x):
+        e = np.ones_like(x) * 2
+        m = (np.zeros_like(x, dtype=np.int64) + np.arange(x.shape[0])) % 2 == 1
+        e[~m] *= x[~m]
+        return np.sum(e * x) + np.sum(x[m] ** 2)
+    x = np.arange(1.0, 7.0)
+    v, g = jg.jit_grad(f, wait=True)(x)
+    ev, eg = jg.value_and_grad(f)(x)
+    assert v == f(x) == ev
+    np.testing.assert_allclose(g, eg)

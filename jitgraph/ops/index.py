@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from ..buffers import unwrap
-from ..core import EagerBox, Tensor, bind
+from ..core import EagerBox, Tensor, _const_value, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
                          reshape, runtime_check, shape_of, transpose, view_of, write_into,
@@ -125,10 +125,15 @@ class _Mask:
 
 
 def _known(t):
-    """The concrete value of a Tensor recorded eagerly (None for a traced one)."""
+    """The concrete value of a Tensor recorded eagerly, or of a traced constant (a mask made
+    of constants, folded when tracing); None for any other traced one."""
     while isinstance(t, EagerBox):
         t = t.value
-    return None if isinstance(t, Tensor) else np.asarray(t)
+    if isinstance(t, Tensor):
+        node = getattr(t, "node", None)
+        value = None if node is None else _const_value(node, getattr(t._trace, "opaque", ()))
+        return None if value is None else np.asarray(value)
+    return np.asarray(t)
 
 
 def _index_array(k):
