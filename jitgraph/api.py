@@ -271,22 +271,23 @@ def grad(fun, argnums=0, has_aux=False):
     return wrapped
 
 
-def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None, reroll=True):
+def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None, reroll=True, pack_scalars=True):
     """Trace `fun` on abstract versions of `args` into a `Graph`.
 
     With `grad=False` the outputs are the leaves of `fun`'s result. With
     `grad=True` this is the joint forward+backward graph: its outputs are the
     value, then the gradient leaves (then aux leaves with `has_aux`), and
     `graph.meta["out_tree"]` rebuilds the `value_and_grad` structure.
-    reroll=False keeps Python loops unrolled (see reroll.py).
+    reroll=False keeps Python loops unrolled (see reroll.py). pack_scalars=False keeps one
+    input per scalar argument (`_scalar_packs`; ONNX export names one input per argument leaf).
     """
     scipy_functions.install()
     with tracing(), recording():
-        graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll)
+        graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll, pack_scalars)
     return merge_scans(graph)
 
 
-def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
+def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll, pack_scalars):
     fname = _fname(fun)
     trace = GraphTrace()
     leaves, in_tree = tree_flatten(tuple(args))
@@ -295,7 +296,7 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll):
     for a, arg in enumerate(args):
         arg_of_leaf += [a] * len(tree_flatten(arg)[0])
     tracers, inputs, input_leaves = [], [], []
-    packs, unpacked = _scalar_packs(leaves, arg_of_leaf, nums, fname), {}
+    packs, unpacked = _scalar_packs(leaves, arg_of_leaf, nums, fname) if pack_scalars else {}, {}
     for k, leaf in enumerate(leaves):
         if is_static_leaf(leaf) and arg_of_leaf[k] not in nums:
             tracers.append(leaf)        # a Python int beyond 64 bits: a literal of this trace

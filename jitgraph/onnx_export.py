@@ -1137,7 +1137,7 @@ def export_onnx(fun, *example_args, path=None, gradient=False, argnums=0, has_au
         ModuleNotFoundError: the `onnx` package is missing (`pip install jitgraph[onnx]`).
     """
     _import_onnx()
-    graph = trace_graph(fun, example_args, argnums, has_aux, grad=gradient, reroll=False)
+    graph = trace_graph(fun, example_args, argnums, has_aux, grad=gradient, reroll=False, pack_scalars=False)
     model = graph_to_onnx(graph, input_names=argument_input_names(fun, example_args), opset=opset)
     if path is None:
         return model

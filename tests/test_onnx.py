@@ -479,3 +479,14 @@ def test_opset_choice():
         export_onnx(lambda x: np.sum(x[np.array([0, 0, 2])] ** 2), x, gradient=True, opset=13)
     with pytest.raises(ValueError, match="opset"):
         export_onnx(f, x, opset=7)
+
+
+def test_many_scalar_arguments_keep_one_input_each():
+    """jit traces 16+ scalar arguments as one array; the exported model keeps an input per
+    argument leaf, named after it."""
+    def g(x, ws):
+        return sum(w * np.sin(x) for w in ws)
+    x, ws = np.ones(3), [0.1 * k for k in range(17)]
+    model = export_onnx(g, x, ws)
+    assert [i.name for i in model.graph.input][:3] == ["x", "ws.0", "ws.1"]
+    np.testing.assert_allclose(run_model(model, [x] + [np.array(w) for w in ws])[0], g(x, ws))
