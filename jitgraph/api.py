@@ -47,7 +47,9 @@ def _fname(fun):
 
 def _leaf_value(leaf, where_):
     """(value, weak) for an argument leaf: arrays keep their dtype; Python scalars are weak
-    (a Python int as int64, or uint64 above the int64 range)."""
+    (a Python int as int64, or uint64 above the int64 range). A Buffer (an array an eager
+    recording passes to a function it calls) is the value it stands for."""
+    leaf = unwrap(leaf)
     if isinstance(leaf, Tensor):
         return leaf, leaf.weak
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):

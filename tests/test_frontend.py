@@ -700,3 +700,23 @@ def test_a_mask_made_of_constants_selects_as_numpy_does():
     ev, eg = jg.value_and_grad(f)(x)
     assert v == f(x) == ev
     np.testing.assert_allclose(g, eg)
+
+
+def test_a_compiled_gradient_inside_an_eager_one_takes_its_data_arguments():
+    """Eager value_and_grad passes an undifferentiated array as a Buffer; a jit_grad called
+    inside it that differentiates that argument takes it (it raised TypeError)."""
+    def inner(W, U):
+        return np.sum(np.tanh(W @ U))
+    ji = jg.jit_grad(inner, argnums=(0, 1), wait=True)
+
+    def outer(W, U):
+        v, (gW, gU) = ji(W, U)
+        return v + np.sum(gW ** 2) + np.sum(gU)
+    rng = np.random.default_rng(5)
+    W, U = 0.3 * rng.standard_normal((3, 3)), rng.standard_normal((3, 2))
+    v, g = jg.value_and_grad(outer)(W, U)
+    np.testing.assert_allclose(v, outer(W, U), rtol=1e-12)
+    eps = 1e-6
+    E = np.zeros_like(W)
+    E[1, 2] = eps
+    np.testing.assert_allclose(g[1, 2], (outer(W + E, U) - outer(W - E, U)) / (2 * eps), rtol=1e-6)
