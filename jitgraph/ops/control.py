@@ -661,7 +661,7 @@ def scan_vjp(cts, node, value_of):
         summed = [r for j, r in enumerate(r_c) if j not in factors]
         return (new_ctc, [a + r for a, r in zip(acc, summed)]), list(r_x)
 
-    acc0 = [zeros_like(consts[k]) for k, j in zip(fc, range(len(fc))) if j not in factors]
+    acc0 = [zeros_like(consts[k]) for j, k in enumerate(fc) if j not in factors]
     xs_b = (hist, list(xs), ct_ys, ct_hist, residuals)
     looped0 = [c for j, c in enumerate(ct_carry) if j not in written]
     (ct_looped, ct_consts), ct_xs = _scan(bstep, (looped0, acc0), xs_b, T, not p["reverse"],
