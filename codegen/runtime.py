@@ -448,11 +448,19 @@ def matmul_strided_par(a, b, out):
     return out
 
 
+@register_jitable
+def _int_text(v):
+    """str(v) of an int64 (Numba's str negates a negative value first: -2**63 overflowed)."""
+    if v == -9223372036854775807 - 1:
+        return "-9223372036854775808"
+    return str(v)
+
+
 @njit(**_OPTS)
 def _check_index(idx, n):
     for j in range(idx.shape[0]):
         if idx[j] < -n or idx[j] >= n:
-            raise IndexError("index " + str(idx[j]) + " is out of bounds for an axis of size " + str(n))
+            raise IndexError("index " + _int_text(idx[j]) + " is out of bounds for an axis of size " + str(n))
 
 
 @njit(**_OPTS)

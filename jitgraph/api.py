@@ -1,5 +1,6 @@
 """Public front-end API: eager `value_and_grad`, `grad`, and `make_graph`."""
 import functools
+import linecache
 import numbers
 
 import numpy as np
@@ -10,7 +11,7 @@ from .recording import recording
 from .reroll import reroll_loops
 from .rewrites import merge_index_checks, rewrite
 from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracing, unbox
-from .errors import GradError, JitgraphError
+from .errors import GradError, JitgraphError, TracingError, is_library_frame
 from .graph import Graph, toposort
 from .interpreter import evaluate
 from .loop_passes import merge_scans
@@ -94,6 +95,24 @@ def graph_inputs(graph, leaves):
         return list(leaves)
     return [leaves[k] if isinstance(k, int) else
             np.array([leaves[j] for j in k], graph.inputs[i].dtype) for i, k in enumerate(picked)]
+
+
+# NumPy's message for an index it cannot convert, a traced value among them
+_NUMPY_INDEX_ERROR = "only integers, slices"
+
+
+def _traceback_where(exc):
+    """' (at FILE:LINE: source)' of the innermost frame of `exc`'s traceback in the user's
+    code, or ''."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if not is_library_frame(frame):
+            line = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+            found = f" (at {frame.f_code.co_filename}:{tb.tb_lineno}: {line})"
+        tb = tb.tb_next
+    return found
 
 
 def _check_diff_leaf(value, where_):
@@ -322,7 +341,17 @@ def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll, pack_scalars
         inputs.append(t.node)
         input_leaves.append(k)
     targs = tree_unflatten(in_tree, tracers)
-    out = fun(*targs, **(kwargs or {}))
+    try:
+        out = fun(*targs, **(kwargs or {}))
+    except IndexError as e:
+        if not str(e).startswith(_NUMPY_INDEX_ERROR):
+            raise
+        raise TracingError(f"{e}{_traceback_where(e)}. If the position is a traced value (it depends on the "
+                           "function's inputs), the array written or read is a plain NumPy array: a view "
+                           "(x[1], x.T, x.reshape(...)) of an array the function made, or an array from "
+                           "outside it. Write into the array the function made (x[1, i] = v rather than "
+                           "row = x[1]; row[i] = v), or compute the result with NumPy operations "
+                           "(np.where, a comparison with np.arange for a one-hot)") from e
     meta = {"in_tree": in_tree, "argnums": nums, "has_aux": has_aux, "grad": grad, "name": fname}
     if len(input_leaves) != len(leaves):
         meta["input_leaves"] = input_leaves

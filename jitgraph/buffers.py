@@ -1,11 +1,14 @@
 """Arrays a recorded function creates with NumPy (`out = np.zeros((n, k))`) and fills with
-recorded values (`out[:, j] = f(x)`).
+recorded values (`out[:, j] = f(x)`), or in which it writes recorded values at recorded
+positions (`x[idx[t]] = 1`).
 
 NumPy's own `np.zeros` returns a plain ndarray, which cannot hold a traced value. While
 a function is recorded, the array creation functions called from the user's code
 (`np.zeros`, `ones`, `empty`, `full`, their `_like` forms, `eye`, `identity`) return a
 `Buffer` instead (see recording.py), and `value_and_grad` passes the arrays among the
-arguments it does not differentiate as Buffers (views, no copies): an ndarray that
+arguments it does not differentiate as Buffers (views, no copies). A new array computed
+from Buffers (`np.ones(n) * 0.1`, `np.concatenate` of them) is a Buffer too; a view of one
+(`x[1]`, `x.T`) is a plain array. A Buffer is an ndarray that
 behaves exactly as one until a recorded value is written into it. From then on it stands
 for a recorded value, its `shadow` (the constant contents, updated by item assignment like
 any traced array): NumPy functions, ufuncs, operators, indexing and methods on it all read
@@ -96,7 +99,9 @@ class Buffer(np.ndarray):
                 kwargs["out"] = tuple(_plain(o) if not isinstance(o, Buffer) else o.view(np.ndarray)
                                       for o in outs)
             result = getattr(ufunc, method)(*inputs, **kwargs)
-            return outs[0] if len(outs) == 1 and isinstance(outs[0], Buffer) else result
+            if outs:
+                return outs[0] if len(outs) == 1 and isinstance(outs[0], Buffer) else result
+            return _fresh(result)
         if len(outs) != 1:
             raise NotImplementedError(f"np.{ufunc.__name__} with several out= arrays on traced values"
                                       f"{where()}")
@@ -116,7 +121,7 @@ class Buffer(np.ndarray):
         return np.dot(_plain(self), _plain(b))
 
     def __array_function__(self, func, types, args, kwargs):
-        return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+        return _fresh(func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()}))
 
 
 # attributes answered by the Buffer itself, never by its shadow
@@ -141,6 +146,17 @@ def tensors(values):
         elif isinstance(v, np.ndarray) and v.dtype == object:
             stack.extend(v.flat)
     return found
+
+
+def _fresh(result):
+    """A new array computed from Buffers (`x = np.ones(n) * 0.1`), as a Buffer: made by the
+    recorded function too, it can receive recorded values. Views (`x[2:]`, `x.T`) stay plain
+    arrays: a recorded value written into one would not reach the array it views."""
+    if type(result) is np.ndarray and result.flags.owndata:
+        return result.view(Buffer)
+    if type(result) is tuple:
+        return tuple(_fresh(r) for r in result)
+    return result
 
 
 def _plain(x):

@@ -342,6 +342,42 @@ def test_data_arguments_methods_take_recorded_operands():
     assert type(X) is np.ndarray
 
 
+def test_arrays_computed_from_made_arrays_take_traced_positions():
+    """`x = np.ones(V) * 0.1; x[idx[t]] = 1`: an array computed (not viewed) from arrays the
+    function made receives values at traced positions, as the made arrays do. A view of one
+    cannot (the write would not reach its base): the error names the line and what to write."""
+    rng = np.random.default_rng(5)
+    W, idx = rng.standard_normal((4, 6)), np.array([1, 5, 2])
+
+    def loss(W, idx):
+        h = np.zeros(4)
+        for t in range(3):
+            x = np.ones(6) * 0.1
+            x[idx[t]] = 1
+            y = np.concatenate([np.zeros(2), np.full(4, 0.5)]) ** 2
+            y[idx[t]] += W[0, t]
+            h = np.tanh(W @ x + W @ y + h)
+        return np.sum(h ** 2)
+
+    v, g = jg.value_and_grad(loss)(W, idx)
+    jv, jgr = jg.jit_grad(loss, backend="python")(W, idx)
+    assert jv == pytest.approx(v, rel=1e-12)
+    np.testing.assert_allclose(jgr, g, rtol=1e-12)
+    eps = 1e-6
+    e = np.zeros_like(W)
+    e[0, 1] = eps
+    assert g[0, 1] == pytest.approx((loss(W + e, idx) - loss(W - e, idx)) / (2 * eps), rel=1e-6)
+
+    def row_view(W, idx):
+        x = np.zeros((2, 6))
+        row = x[1]
+        row[idx[0]] = 1
+        return np.sum(W @ x[1])
+    with pytest.raises(jg.TracingError, match=r"row\[idx\[0\]\] = 1.*x\[1, i\] = v"):
+        jg.jit_grad(row_view, backend="python")(W, idx)
+    assert jg.value_and_grad(row_view)(W, idx)[0] == pytest.approx(np.sum(W[:, 1]))
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_control_flow_traced_raises_tracing_error(grad):
     x = np.array([1.0, 2.0])

@@ -318,6 +318,9 @@ def test_indices_out_of_bounds_raise_index_error():
         f(x, np.array([-4, 1]), np.array([0, 0]))
     with pytest.raises(IndexError, match="out of bounds for axis 0 with size 3"):
         jg.jit(lambda x: x[[0, 3], [0, 0]])(x)
+    # the most negative int64 (whose negation overflows) is reported, not a failed allocation
+    with pytest.raises(IndexError, match="index -9223372036854775808 is out of bounds"):
+        jg.jit(lambda x, i: x[i], backend="python")(x[0], -2 ** 63)
 
 
 def test_traced_slice_bounds_and_masks_say_what_to_write_instead():
