@@ -68,8 +68,10 @@ def build():
         "`abs`, `real`, `imag`, `conj`, `angle`, `exp`, `log`, sums, reshapes, indexing and products.",
         "- **Without a protocol** (while a function is recorded): `np.array`, `np.asarray`, "
         "`np.asanyarray`, `np.ascontiguousarray` of traced values and of lists holding them, `np.r_`, "
-        "`np.c_`, lists of traced values given to any function above, and arrays made with "
-        f"{_fmt(['np.' + c for c in captured])} that receive traced values.",
+        "`np.c_`, `np.lib.stride_tricks.as_strided` (imported by name too; a traced value's `strides` "
+        "are those of its C-ordered array), lists of traced values given to any function above, and "
+        f"arrays made with {_fmt(['np.' + c for c in captured])} (or computed from them, not viewed) "
+        "that receive traced values.",
         f"- **scipy.special**: {_fmt(sc_ufuncs + sorted(special.TRACED_FUNCTIONS))}.",
         f"- **scipy.linalg** (called through the module): {_fmt(sorted(linalg.SCIPY_FUNCTIONS))}.",
         f"- **scipy.signal** (called through the module): {_fmt(sorted(filters.SIGNAL_FUNCTIONS))}; "

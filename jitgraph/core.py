@@ -722,6 +722,17 @@ class Tensor:
     def nbytes(self):
         return self.size * self.dtype.itemsize
 
+    @property
+    def strides(self):
+        """The byte strides of a C-ordered array of this shape and dtype: a traced value has no
+        memory layout, and code deriving strides from these (as_strided's im2col) reads its
+        values as NumPy reads those of a C-ordered array."""
+        step, out = self.dtype.itemsize, []
+        for n in reversed(self.shape):
+            out.append(step)
+            step *= n
+        return tuple(reversed(out))
+
 
 class Tracer(Tensor):
     """A symbolic value in a graph under construction."""

@@ -17,11 +17,11 @@ import os
 import sys
 import sysconfig
 import threading
+import types
 
 import numpy as np
 
 from .buffers import Buffer, tensors
-from .core import Tensor
 from .errors import NotSupportedError, is_library_frame, where
 from .numpy_api import as_operand, cast, result_dtype, shape_of
 from .ops.registry import FUNCTIONS
@@ -152,6 +152,30 @@ class _Concatenator:
         return concatenate([cast(t, dt) for t in objs], axis=axis)
 
 
+# np.lib.stride_tricks.as_strided takes its array through np.array, from NumPy's own code, and is
+# mostly imported by name (`from numpy.lib.stride_tricks import as_strided`), so neither a protocol
+# nor a patched module attribute reaches it: while recording, the function's own code is
+# `_as_strided_hook`'s, which sends recorded values to jitgraph's as_strided (ops/arrange.py)
+# and everything else to NumPy's code.
+_AS_STRIDED = np.lib.stride_tricks.as_strided
+_AS_STRIDED_CODE = _AS_STRIDED.__code__
+_as_strided_numpy = types.FunctionType(_AS_STRIDED_CODE, _AS_STRIDED.__globals__, "as_strided",
+                                       _AS_STRIDED.__defaults__, _AS_STRIDED.__closure__)
+
+
+def _as_strided_hook(x, shape=None, strides=None, subok=False, writeable=True):
+    # runs with NumPy's globals (this code replaces the function's code): names come by import
+    from jitgraph.recording import as_strided_dispatch
+    return as_strided_dispatch(x, shape, strides, subok, writeable)
+
+
+def as_strided_dispatch(x, shape, strides, subok, writeable):
+    if tensors(x):      # a recorded value, or a Buffer holding one
+        from .ops.arrange import as_strided
+        return as_strided(x._shadow if isinstance(x, Buffer) else x, shape, strides, subok, writeable)
+    return _as_strided_numpy(x, shape, strides, subok, writeable)
+
+
 # ---- installing them while recording -------------------------------------------------------------------
 _PATCHES = []
 
@@ -185,6 +209,7 @@ def recording():
             for name, replacement in _patches():
                 _installed["originals"][name] = getattr(np, name)
                 setattr(np, name, replacement)
+            _AS_STRIDED.__code__ = _as_strided_hook.__code__
         _installed["count"] += 1
     _state.depth += 1
     try:
@@ -196,4 +221,5 @@ def recording():
             if _installed["count"] == 0:
                 for name, original in _installed["originals"].items():
                     setattr(np, name, original)
+                _AS_STRIDED.__code__ = _AS_STRIDED_CODE
                 _installed["originals"].clear()

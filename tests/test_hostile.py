@@ -608,3 +608,20 @@ def test_bincount_of_traced_integers_checks_its_bins_when_it_runs():
             jg.jit_grad(f, wait=wait)(h, np.array([0, -1]))
     with pytest.raises(jg.NotSupportedError, match="needs minlength="):
         jg.jit_grad(lambda h, d: np.sum(h[:3] * np.bincount(d)))(h, d)
+
+
+def test_as_strided_outside_the_array_raises_and_numpy_gets_its_function_back():
+    """as_strided is patched (its code) only while a function is recorded; a read past the
+    array's end, which NumPy would make from memory, is an error naming the offsets."""
+    from numpy.lib.stride_tricks import as_strided
+    code = as_strided.__code__
+    x = np.arange(6.0)
+    with pytest.raises(jg.NotSupportedError, match="reads outside its array: element offsets 0 to 6"):
+        jg.jit(lambda x: as_strided(x, (5, 3), (8, 8)), backend="python")(x)
+    assert as_strided.__code__ is code
+    np.testing.assert_array_equal(as_strided(x, (2, 2), (16, 8)), [[0.0, 1.0], [2.0, 3.0]])
+    out = jg.jit(lambda x: as_strided(x[1:], (2, 2), (16, 8)) * 2, backend="python")(x)
+    np.testing.assert_array_equal(out, [[2.0, 4.0], [6.0, 8.0]])
+    with pytest.raises(jg.NotSupportedError, match="not multiples of the item size"):
+        jg.value_and_grad(lambda x: np.sum(as_strided(x, (2,), (12,))))(x)
+    assert as_strided.__code__ is code

@@ -770,6 +770,43 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     return view_of(y, x, lambda b: sliding_window_view(b, window, axis), None, contiguous=False)
 
 
+def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
+    """np.lib.stride_tricks.as_strided of a traced x: element (i_0, .., i_k) reads x's element at
+    byte offset sum(i_j * strides[j]) of a C-ordered array of its values (a traced value's
+    `strides` are those of its C-ordered array, so strides derived from them, as im2col code
+    derives them, read what NumPy reads). One gather of the flattened values at positions
+    known when tracing; a position outside the array (memory NumPy would read past its end)
+    raises. A read-only view: writing into it is not supported."""
+    x = as_operand(x)
+    itemsize = x.dtype.itemsize
+    shape = tuple(x.shape) if shape is None else tuple(int(_static_int(n, "as_strided's shape")) for n in shape)
+    if strides is None:
+        steps = [int(np.prod(x.shape[k + 1:], dtype=np.int64)) for k in range(len(x.shape))]
+        if len(steps) != len(shape):
+            raise ValueError("mismatch in length of strides and shape")
+    else:
+        strides = tuple(int(_static_int(s, "as_strided's strides")) for s in strides)
+        if len(strides) != len(shape):
+            raise ValueError("mismatch in length of strides and shape")
+        if builtins.any(s % itemsize for s in strides):
+            raise NotSupportedError(f"as_strided with strides {strides} that are not multiples of the "
+                                    f"item size ({itemsize} bytes) of a traced value{where()}")
+        steps = [s // itemsize for s in strides]
+    if builtins.any(n < 0 for n in shape):
+        raise ValueError("negative dimensions are not allowed")
+    pos = np.zeros(shape, np.int64)
+    for k, (n, step) in enumerate(zip(shape, steps)):
+        pos += (np.arange(n, dtype=np.int64) * step).reshape((n,) + (1,) * (len(shape) - k - 1))
+    size = int(np.prod(x.shape, dtype=np.int64))
+    if pos.size and (pos.min() < 0 or pos.max() >= size):
+        raise NotSupportedError(f"as_strided reads outside its array: element offsets {int(pos.min())} to "
+                                f"{int(pos.max())} of an array of {size} elements (NumPy would read "
+                                f"memory past the array){where()}")
+    y = getitem(ravel(x), pos)
+    y = y.rebind(y.node)
+    return view_of(y, x, lambda b: as_strided(b, shape, strides), None, contiguous=False)
+
+
 @implements(np.meshgrid)
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     if not _traced(*xi):

@@ -1,6 +1,6 @@
 """Rows: array manipulation (repeat, tile, split, flip, rot90, roll, pad, windows, grids, ranges)."""
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from . import nondiff, op
 
@@ -44,6 +44,11 @@ op("np.vander N increasing", lambda x: np.vander(x, 3, increasing=True) + np.van
 op("sliding_window_view 1-d", lambda x: sliding_window_view(x[0], 3) @ x[1, :3], X)
 op("sliding_window_view 2-d", lambda x: sliding_window_view(x, (2, 3)).sum(axis=(-1, -2)), X)
 op("sliding_window_view axis", lambda x: sliding_window_view(x, 2, axis=0).max(axis=-1), X)
+op("as_strided windows", lambda x: as_strided(x, (3, 4, 2, 3), x.strides * 2).sum(axis=(-1, -2)) * x[:3, :4], X)
+op("as_strided im2col stride 2", lambda x: as_strided(x, (2, 2, 2, 3), (x.strides[0] * 2, x.strides[1] * 2) + x.strides)
+   .reshape(4, 6) @ x[0], X)
+op("as_strided overlapping 1-d", lambda x: as_strided(x[1], shape=(4, 3), strides=(x.itemsize, x.itemsize)) ** 2, X)
+op("as_strided default strides", lambda x: as_strided(x, (2, 6)) * 2 + as_strided(x)[1:3], X)
 op("np.meshgrid", lambda x: sum(a * 2 for a in np.meshgrid(x[0], x[1, :3])), X)
 op("np.meshgrid ij sparse", lambda x: sum(np.meshgrid(x[0], x[1, :3], x[2, :2], indexing="ij", sparse=True)), X)
 op("np.linspace", lambda x: np.linspace(x[0, 0], x[0, 1], 7) + np.linspace(x[1], x[2], 3, axis=1).sum(), X)
