@@ -168,6 +168,15 @@ def test_python_int_arguments_follow_nep50():
         jg.jit(lambda x: x + 300)(np.array([1], np.uint8))
 
 
+def test_integer_sums_and_products_accumulate_in_numpys_dtypes():
+    """Unsigned integers sum and multiply in uint64, signed ones and booleans in int64."""
+    for x in (np.array([200, 100, 255], np.uint8), np.array([4_000_000_000] * 3, np.uint32),
+              np.array([True, False, True]), np.array([100, -100, 127], np.int8)):
+        for fn in (np.sum, np.prod, np.cumsum, lambda a: a.sum(axis=0, keepdims=True)):
+            got, expected = jg.jit(fn, backend="python")(x), fn(x)
+            assert np.asarray(got).dtype == np.asarray(expected).dtype and np.array_equal(got, expected)
+
+
 def test_negative_integer_powers_raise():
     ints = np.array([1, -2, 3, 7])
     with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):

@@ -92,7 +92,7 @@ def reduce(op, x, axis, keepdims, dtype=None):
     if dtype is not None:
         x = cast(x, dtype)
     elif op in ("reduce_sum", "reduce_prod") and x.dtype.kind in "biu":
-        x = cast(x, np.int64)
+        x = cast(x, np.uint64 if x.dtype.kind == "u" else np.int64)     # NumPy's accumulators
     axes = norm_axes(axis, len(shape_of(x)))
     if not isinstance(x, Tensor):
         out = REDUCTIONS[op].numpy(x, axis=axes, keepdims=keepdims)
