@@ -304,22 +304,85 @@ def _singular(a, unit):
     return False
 
 
+# ---- LAPACK getrf (LU with partial pivoting) -------------------------------------------------------
+def _getrf(a):
+    """(lu, piv, info) of float64 matrix a: LAPACK's getrf, lu C-ordered as a's rows (L below
+    the diagonal, unit diagonal not stored; U on and above it), piv 0-based, info > 0 for an
+    exactly singular a. Python mode: SciPy's."""
+    from scipy.linalg.lapack import dgetrf
+    lu, piv, info = dgetrf(a)
+    return np.ascontiguousarray(lu), piv.astype(np.int32), info
+
+
+@overload(_getrf)
+def _getrf_jit(a):
+    ensure_lapack()
+    getrf = _LAPACK().numba_xxgetrf(types.float64)
+
+    def impl(a):
+        n = a.shape[0]
+        acpy = np.asfortranarray(a)          # column-major LAPACK factors a itself
+        ipiv = np.empty(n, np.int32)
+        info = 0
+        if n > 0:
+            info = getrf(ord("d"), n, n, acpy.ctypes, n, ipiv.ctypes)
+        _dummy_liveness_func([acpy.size, ipiv.size])
+        return np.ascontiguousarray(acpy), ipiv - 1, info
+    return impl
+
+
 # ---- the routines (one stack of matrices each; every array C-ordered) ------------------------------
 @register_jitable
-def solve_core(a, b, x):
+def lu_core(a, lu, piv):
+    """The LU factorization of each float64 matrix (`_getrf`); a matrix with infinities or NaNs
+    gets a NaN factorization (its solves are NaN, as NumPy's solve gives NaN for it), an
+    exactly singular one the status 1 (NumPy's "Singular matrix")."""
+    n = a.shape[1]
     for i in range(a.shape[0]):
-        ai, bi = a[i].astype(np.float64), b[i].astype(np.float64)
-        if not (_finite(ai) and _finite(bi)):
+        if not _finite(a[i]):
+            _fill(lu[i], np.nan)
+            for k in range(n):
+                piv[i, k] = k
+            continue
+        f, p, info = _getrf(a[i])
+        if info > 0:
+            return 1
+        _put(lu[i], f)
+        for k in range(n):
+            piv[i, k] = p[k]
+    return 0
+
+
+@register_jitable
+def lu_solve_core(lu, piv, b, x, trans):
+    """x = op(a)^-1 b from a's factorization (`lu_core`): P a = L U, so a x = b is
+    U^-1 L^-1 P b, and a^T x = b is P^T L^-T U^-T b; NaN where the factorization or b holds
+    infinities or NaNs."""
+    n = lu.shape[1]
+    for i in range(lu.shape[0]):
+        if not (_finite(lu[i]) and _finite(b[i])):
             _fill(x[i], np.nan)
             continue
-        ok = True
-        try:
-            _put(x[i], np.linalg.solve(ai, bi))
-        except Exception:
-            ok = False
-        if not ok:
-            return 1
+        xi = x[i]
+        _put(xi, b[i])
+        if trans:
+            trsm(lu[i], xi, False, True, False)
+            trsm(lu[i], xi, True, True, True)
+            for k in range(n - 1, -1, -1):
+                _swap_rows(xi, k, piv[i, k])
+        else:
+            for k in range(n):
+                _swap_rows(xi, k, piv[i, k])
+            trsm(lu[i], xi, True, False, True)
+            trsm(lu[i], xi, False, False, False)
     return 0
+
+
+@register_jitable
+def _swap_rows(x, k, p):
+    if p != k:
+        for q in range(x.shape[1]):
+            x[k, q], x[p, q] = x[p, q], x[k, q]
 
 
 @register_jitable
@@ -576,9 +639,17 @@ def expm_core(a, out):
 
 
 # ---- C entry points: pointers and sizes in, a status out ------------------------------------------
-def _solve_c(ap, bp, xp, nb, n, k):
+def _lu_c(ap, lup, pivp, nb, n):
     prev = blas_threads_local(1)      # see blas.py
-    status = solve_core(carray(ap, (nb, n, n)), carray(bp, (nb, n, k)), carray(xp, (nb, n, k)))
+    status = lu_core(carray(ap, (nb, n, n)), carray(lup, (nb, n, n)), carray(pivp, (nb, n)))
+    blas_threads_local(prev)
+    return status
+
+
+def _lu_solve_c(lup, pivp, bp, xp, nb, n, k, trans):
+    prev = blas_threads_local(1)      # see blas.py
+    status = lu_solve_core(carray(lup, (nb, n, n)), carray(pivp, (nb, n)), carray(bp, (nb, n, k)),
+                           carray(xp, (nb, n, k)), trans)
     blas_threads_local(prev)
     return status
 
@@ -679,7 +750,8 @@ class Routine:
 
 
 ROUTINES = {
-    "solve": Routine(_solve_c, "DDDiii", "Singular matrix"),
+    "lu": Routine(_lu_c, "DDIii", "Singular matrix"),
+    "lu_solve": Routine(_lu_solve_c, "DIDDiiii", None),
     "cholesky": Routine(_cholesky_c, "DDii", "Matrix is not positive definite"),
     "solve_triangular": Routine(_solve_triangular_c, "DDDiiiiii", "singular matrix"),
     # a float64 solve with many right-hand sides, in column blocks on Numba's threads

@@ -95,9 +95,20 @@ def _solve_call(em, node, v, x, name, flags=()):
     _into_buffer(em, node, v, x, name, [nb, n, em.sizes(b.shape[-1]), *flags])
 
 
-@OPS.register("solve")
-def _solve(em, node, v, x):
-    _solve_call(em, node, v, x, "solve")
+@OPS.register("lu")
+def _lu(em, node, v, x):
+    a = node.inputs[0]
+    nb, n, _ = _sizes(em, a.shape)
+    ins = _operands(em, v, x)
+    _call(em, "lu", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n])
+
+
+@OPS.register("lu_solve")
+def _lu_solve(em, node, v, x):
+    """From the factorization (its operands after the matrix, which only its gradient reads)."""
+    a, _, _, b = node.inputs
+    nb, n, _ = _sizes(em, a.shape)
+    _into_buffer(em, node, v, x[1:], "lu_solve", [nb, n, em.sizes(b.shape[-1]), int(node.p["trans"])])
 
 
 @OPS.register("solve_triangular")

@@ -1,5 +1,5 @@
 """Lowerings of the order family's primitives (jitgraph/ops/order.py): scans, the stable
-argsort, and gathers/scatter-adds along an axis.
+argsort, gathers/scatter-adds along an axis, and binary searches (searchsorted).
 
 CPU: each op is one call of a precompiled helper below (cached like runtime.py's), on
 (pre, n, post) views of its C-contiguous operands; the generated module imports this module
@@ -172,10 +172,29 @@ def put_along_add(g, idx, out):
     return out
 
 
-enable_cache([cumsum, cumprod, _before, _sort_row, argsort, take_along, put_along_add], helpers_cache_dir)
+@njit(**_OPTS)
+def searchsorted(a, v, out, right):
+    """out[i] = the position of v[i] in sorted a (NaN last): the count of a's elements before
+    it ("left"), or not after it (`right`), by binary search."""
+    n = a.shape[0]
+    for i in range(v.shape[0]):
+        x = v[i]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (not _before(x, a[mid])) if right else _before(a[mid], x):
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+    return out
+
+
+enable_cache([cumsum, cumprod, _before, _sort_row, argsort, take_along, put_along_add, searchsorted],
+             helpers_cache_dir)
 # generated code calls these through their symbols (symbols.py), not linked into each kernel
-cumsum, cumprod, argsort, take_along, put_along_add = map(by_symbol, (cumsum, cumprod, argsort, take_along,
-                                                                    put_along_add))
+cumsum, cumprod, argsort, take_along, put_along_add, searchsorted = map(
+    by_symbol, (cumsum, cumprod, argsort, take_along, put_along_add, searchsorted))
 
 
 # ---- CPU lowerings -----------------------------------------------------------------------------------
@@ -218,6 +237,17 @@ def _rowwise_cpu(em, node, v, x):
 def _along_cpu(em, node, v, x):
     a, idx = node.inputs
     _call(em, node, v, node.op, (x[0], a.shape), (x[1], idx.shape))
+
+
+@CPU.register("searchsorted")
+def _searchsorted_cpu(em, node, v, x):
+    _helpers(em)
+    S = em.sizes
+    a, vals = node.inputs
+    flat = f"({S.product(vals.shape)},)"
+    call = (f"_ord.searchsorted({em.reshape(x[0], f'({S(a.shape[0])},)')}, {em.reshape(x[1], flat)}, "
+            f"{em.reshape(em.buffer(node), flat)}, {bool(node.p['right'])})")
+    em.body.append(f"{v} = {em.reshape(call, S.shape(node.shape))}")
 
 
 # ---- CUDA lowerings ----------------------------------------------------------------------------------
@@ -355,6 +385,22 @@ def _take_along_cuda(em, node, v):
                  f"ok = ij >= 0 and ij < {n}", "if not ok:", "    err[0] = 1"]
         xi = ix[:axis] + ["ij"] + ix[axis + 1:]
         return lines, f"{em.read(k, x, xi)} if ok else {literal(0, node.dtype)}"
+    em.emit_pointwise(node, value)
+
+
+@CUDA.register("searchsorted")
+def _searchsorted_cuda(em, node, v):
+    """One thread per value: a binary search of the sorted array."""
+    a, vals = node.inputs
+
+    def value(k, ix):
+        n = k.S(a.shape[0])
+        before = (f"not ({_before_expr('ss_x', 'ss_a', a.dtype)})" if node.p["right"]
+                  else _before_expr("ss_a", "ss_x", a.dtype))
+        lines = [f"ss_x = {em.read(k, vals, ix)}", "ss_lo = 0", f"ss_hi = {n}", "while ss_lo < ss_hi:",
+                 "    ss_mid = (ss_lo + ss_hi) // 2", f"    ss_a = {em.read(k, a, ['ss_mid'])}",
+                 f"    if {before}:", "        ss_lo = ss_mid + 1", "    else:", "        ss_hi = ss_mid"]
+        return lines, "ss_lo"
     em.emit_pointwise(node, value)
 
 

@@ -31,6 +31,15 @@ from .ops.registry import METHODS, PRIMS
 
 _levels = itertools.count(1)
 MAX_BYTES = np.iinfo(np.intp).max     # NumPy's limit on an array's size in bytes
+# A constant is a copy of the array it was made from, so that the function writing into that
+# array later (`c = np.array(..); y = x * c; c[0] = 5`) does not change what was recorded; an
+# array larger than this (a dataset the function closes over) is not copied, and is assumed
+# not written into while it is traced.
+CONST_COPY_BYTES = 64 << 20
+# Constants of up to this many elements are one node per distinct value (dtype, shape, bytes):
+# the same padding or index array made twice (np.convolve of one signal with two kernels)
+# then leads to one concatenate and one gather, which CSE shares.
+CONST_CSE_ELEMENTS = 1 << 16
 
 
 class _Tracing(threading.local):
@@ -130,7 +139,11 @@ class GraphTrace(Trace):
         return Tracer(self, node, weak, ARGUMENT)
 
     def const(self, value):
+        given = value
         value = np.asarray(value)
+        if value is given or value.base is not None:
+            if value.flags.writeable and value.nbytes <= CONST_COPY_BYTES:
+                value = value.copy()
         if value.size > 1 and not any(value.strides):
             # a broadcast view (np.broadcast_to of a scalar, folded in a traced body) is a
             # broadcast of its one value: loops read the scalar, where a constant array of
@@ -138,8 +151,15 @@ class GraphTrace(Trace):
             one = self.const(np.asarray(value.flat[0], dtype=value.dtype))
             return self.process("broadcast", (Tracer(self, one),), {"shape": value.shape}).node
         key = None
-        if value.ndim == 0:
-            key = ("const", value.dtype.str, value.tobytes())
+        if value.dtype.kind == "O":
+            pass
+        elif value.size <= CONST_CSE_ELEMENTS:
+            key = ("const", value.dtype.str, value.shape, value.tobytes())
+        elif not value.flags.writeable:
+            # a read-only array (a memoized index array, ops/arrange.py) is the same value as
+            # long as it is the same object; the node keeps it alive, so its id is not reused
+            key = ("const id", id(value))
+        if key is not None:
             hit = self._cse.get(key)
             if hit is not None:
                 return hit

@@ -569,6 +569,23 @@ def _argsort(b, node, ins, out):
     b.op("GatherElements", [first, second], out, axis=axis)
 
 
+@_emits("searchsorted")
+def _searchsorted(b, node, ins, out):
+    # ONNX has no binary search: every value compared with every element, counted (NaN last)
+    a, v = ins
+    dt = node.inputs[0].dtype
+    nd = len(node.inputs[1].shape)
+    vv = b.op("Unsqueeze", [v, b.ints([nd])])
+
+    def before(x, y):
+        lt = b.op("Less", [x, y])
+        if dt.kind != "f":
+            return lt
+        return b.op("Or", [lt, b.op("And", [b.op("IsNaN", [y]), b.op("Not", [b.op("IsNaN", [x])])])])
+    counted = before(a, vv) if not node.p["right"] else b.op("Not", [before(vv, a)])
+    _reduce(b, "ReduceSum", b.cast(counted, np.bool_, np.int64), (nd,), out)
+
+
 @_emits("take_along")
 def _take_along(b, node, ins, out):
     # GatherElements counts negative indices from the end, like np.take_along_axis

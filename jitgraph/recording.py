@@ -24,6 +24,7 @@ import numpy as np
 from .buffers import Buffer, tensors
 from .errors import NotSupportedError, is_library_frame, where
 from .numpy_api import as_operand, cast, result_dtype, shape_of
+from .ops.arrange import as_strided
 from .ops.registry import FUNCTIONS
 from .ops.shape import concatenate, reshape, transpose_
 
@@ -164,14 +165,14 @@ _as_strided_numpy = types.FunctionType(_AS_STRIDED_CODE, _AS_STRIDED.__globals__
 
 
 def _as_strided_hook(x, shape=None, strides=None, subok=False, writeable=True):
-    # runs with NumPy's globals (this code replaces the function's code): names come by import
-    from jitgraph.recording import as_strided_dispatch
-    return as_strided_dispatch(x, shape, strides, subok, writeable)
+    # runs with NumPy's globals (this code replaces the function's code): this module is
+    # found through sys.modules
+    import sys
+    return sys.modules["jitgraph.recording"].as_strided_dispatch(x, shape, strides, subok, writeable)
 
 
 def as_strided_dispatch(x, shape, strides, subok, writeable):
     if tensors(x):      # a recorded value, or a Buffer holding one
-        from .ops.arrange import as_strided
         return as_strided(x._shadow if isinstance(x, Buffer) else x, shape, strides, subok, writeable)
     return _as_strided_numpy(x, shape, strides, subok, writeable)
 

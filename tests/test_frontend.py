@@ -706,6 +706,33 @@ def test_ops_of_constants_fold_when_tracing():
     np.testing.assert_allclose(jg.eval_graph(graph, np.arange(5.0))[1], [2, 2, 3, 2, 2])
 
 
+def test_constants_are_snapshots_and_equal_ones_are_one_node():
+    """A plain array written into after a traced value used it: the recorded constant is what it
+    held then, as NumPy computed (it had aliased the array, and the later write changed it).
+    Equal constants are one node, so equal work on them is shared: two convolutions of one
+    signal gather its windows once."""
+    x = np.ones(2)
+
+    def written_after_use(x):
+        c = np.array([1.0, 2.0])
+        y = x * c
+        c[0] = 100.0
+        d = np.arange(2.0) + 1
+        z = x * d
+        d += 10
+        return np.sum(y + x * c + z + x * d)
+
+    assert jg.jit(written_after_use, backend="python")(x) == pytest.approx(written_after_use(x))
+    assert jg.value_and_grad(written_after_use)(x)[0] == pytest.approx(written_after_use(x))
+
+    def two_filters(s, k):
+        return np.sum(np.convolve(s, k[:, 0]) * np.convolve(s, k[:, 1]))
+    s, k = np.random.default_rng(0).standard_normal(3000), np.ones((30, 2))
+    graph = jg.jit(two_filters).lower(s, k).graph
+    assert [n.op for n in graph.nodes].count("gather") == 1
+    assert jg.jit(two_filters, backend="python")(s, k) == pytest.approx(two_filters(s, k), rel=1e-12)
+
+
 def test_folded_zeros_keep_their_signs_and_like_functions_take_shape():
     def f(x):
         c = (np.zeros_like(x) + np.array([1.0, -1.0, 2.0, -2.0])) * 0.0      # [0, -0, 0, -0]

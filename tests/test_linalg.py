@@ -534,7 +534,7 @@ def test_a_python_entry_calls_every_kind_of_routine_argument():
     g = jg.jit_grad(f, wait=True)
     source = g.lower(a, x).source
     assert "runs as Python" in source
-    for name in ("slogdet", "solve", "eigh", "pinv", "lstsq"):
+    for name in ("slogdet", "lu", "lu_solve", "eigh", "pinv", "lstsq"):
         assert re.search(rf'_la\.external\("{name}", "float64", njit, "\w+", python=True\)', source), name
     value, grad = g(a, x)
     np.testing.assert_allclose(value, f(a, x), rtol=1e-10)
@@ -583,6 +583,38 @@ def test_scipy_solver_errors_match_scipy():
             jg.make_graph(lambda a, b: sla.solve_triangular(a, b))(*bad)
     with pytest.raises(ValueError, match="trans"):
         jg.make_graph(lambda a, b: sla.solve_triangular(a, b, trans="X"))(np.eye(2), np.ones(2))
+
+
+def test_solves_with_one_matrix_share_one_factorization():
+    """An implicit time-stepping loop solves with one matrix at every step, and its backward pass
+    with the transpose: np.linalg.solve is an LU factorization and a solve from it, so the whole
+    gradient factors the matrix once (it had factored it twice per step)."""
+    a = general((6, 6)) + 6 * np.eye(6)
+    b = RNG.standard_normal((6, 3))
+
+    def implicit_steps(a, b):
+        x = b
+        for _ in range(5):
+            x = np.linalg.solve(a, x + 0.1 * b)
+        return np.sum(np.tanh(x)) + np.sum(np.linalg.solve(a, b[:, 0]))
+
+    g = jg.make_graph(implicit_steps, argnums=(0, 1), grad=True)(a, b)
+    ops = [n.op for n in g.nodes]
+    assert ops.count("lu") == 1 and ops.count("lu_solve") >= 12
+    v_ref, (ga_ref, gb_ref) = jg.value_and_grad(implicit_steps, (0, 1))(a, b)
+    assert v_ref == pytest.approx(implicit_steps(a, b), rel=1e-12)
+    eps, e = 1e-6, np.zeros_like(a)
+    e[2, 4] = eps
+    assert ga_ref[2, 4] == pytest.approx((implicit_steps(a + e, b) - implicit_steps(a - e, b)) / (2 * eps),
+                                         rel=1e-6)
+    v, (ga, gb) = jg.jit_grad(implicit_steps, argnums=(0, 1), wait=True)(a, b)
+    assert v == pytest.approx(v_ref, rel=1e-12)
+    np.testing.assert_allclose(ga, ga_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gb, gb_ref, rtol=1e-10, atol=1e-12)
+    # second order through the shared factorization
+    h = jg.hvp(lambda a: implicit_steps(a, b))(a, e / eps)
+    fd = (jg.value_and_grad(implicit_steps)(a + e, b)[1] - jg.value_and_grad(implicit_steps)(a - e, b)[1]) / (2 * eps)
+    np.testing.assert_allclose(h, fd, rtol=1e-5, atol=1e-7)
 
 
 def test_solves_by_cholesky_factors_are_triangular():

@@ -76,6 +76,7 @@ def test_op_float64(entry):
 # np.float_power, float64 constant arrays
 PROMOTES_TO_F64 = {"pow-np-float", "np.float_power", "concatenate-with-const", "matmul-rmatmul-const",
                    "np.convolve constant", "np.bincount weights", "interp", "interp-left-right-at-points",
+                   "interp-many-points",
                    "interp-sample-points", "np.vander", "np.vander N increasing", "cov", "cov-rowvar-bias",
                    "cov-y-ddof", "cov-fweights-aweights", "cov-aweights-ddof0", "corrcoef", "corrcoef-xy-rowvar",
                    "ufunc.outer-multiply-dtype", "np.bincount traced ints", "np.polyval-const-x", "np.polyfit",

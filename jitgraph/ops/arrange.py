@@ -7,6 +7,7 @@ with per-element counts, the non-constant pad modes, sliding windows), so every
 gradient is the one of those primitives.
 """
 import builtins
+import functools
 import operator
 
 import numpy as np
@@ -36,6 +37,25 @@ def _ndim(x):
 def _along(axis, nd, key):
     """An index applying `key` along `axis` of an nd-dimensional array."""
     return (slice(None),) * axis + (key,) + (slice(None),) * (nd - axis - 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _window_index(n, w):
+    """idx[k, j] = k + j: the positions of the windows of length w in n elements (read-only, one
+    array per (n, w): a trace makes one constant of it however many windows it takes)."""
+    idx = np.arange(n - w + 1)[:, None] + np.arange(w)[None, :]
+    idx.flags.writeable = False
+    return idx
+
+
+@functools.lru_cache(maxsize=64)
+def _overlap_mask(n, m):
+    """Which entries of the windows of np.convolve's zero-padded a (n + m - 1 windows of m) lie
+    on a itself (read-only, one array per (n, m))."""
+    at = _window_index(n + 2 * (m - 1), m)
+    mask = (at >= m - 1) & (at < n + m - 1)
+    mask.flags.writeable = False
+    return mask
 
 
 def _static_int(value, what):
@@ -364,8 +384,7 @@ def convolve(a, v, mode="full"):
     if mode != "valid" and np.result_type(a.dtype, v.dtype).kind in "fc":
         # the padding's zeros are left out of the sums, not multiplied: an infinite v times
         # a padded zero would be NaN where NumPy sums only the overlapping products
-        at = np.arange(n + m - 1)[:, None] + np.arange(m)[None, :]     # positions in the padded a
-        out = _sum(where_(lift([windows, (at >= m - 1) & (at < n + m - 1)])[1],
+        out = _sum(where_(lift([windows, _overlap_mask(n, m)])[1],
                           multiply(windows, v[::-1]), 0), axis=-1)
     else:
         out = windows @ v[::-1]        # out[k] = sum_j a[k + j] v[m - 1 - j]
@@ -763,8 +782,7 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
         n = y.shape[ax]
         if n < w:
             raise ValueError("window shape cannot be larger than input array shape")
-        idx = np.arange(n - w + 1)[:, None] + np.arange(w)[None, :]
-        y = getitem(y, _along(ax, len(y.shape), idx))        # (.., n - w + 1, w, ..)
+        y = getitem(y, _along(ax, len(y.shape), _window_index(n, w)))        # (.., n - w + 1, w, ..)
         y = moveaxis(y, ax + 1, -1)
     y = y.rebind(y.node)
     return view_of(y, x, lambda b: sliding_window_view(b, window, axis), None, contiguous=False)

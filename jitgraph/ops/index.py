@@ -402,6 +402,8 @@ def _normalized(idx, n, dim):
             raise IndexError(f"index {a[bad].reshape(-1)[0]} is out of bounds for axis {dim} with "
                              f"size {n}{where()}")
         if not isinstance(idx, Tensor):
+            if a.dtype == np.int64 and not a.flags.writeable and not (a < 0).any():
+                return a        # a memoized index array stays one object: one constant (core.const)
             return np.where(a < 0, a + n, a).astype(np.int64)
     idx = cast(idx, np.int64)
     if int(np.prod(idx.shape, dtype=np.int64)):

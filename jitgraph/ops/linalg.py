@@ -3,7 +3,14 @@
 Primitives (each one LAPACK call per matrix of a stack; the back ends loop over
 the batch dimensions):
 
-* `solve` (a, b) -> x for a (..., n, n) and b (..., n, k) of equal batch dims;
+* `lu` (a) -> (lu, piv): LAPACK's getrf of float64 a (..., n, n): L (unit diagonal, not
+  stored) and U in one (..., n, n) array, and the row interchanges (..., n) (int32, 0-based:
+  row k was swapped with row piv[k], in order);
+* `lu_solve` (a, lu, piv, b) -> x with op(a) x = b (op(a) = a, or a^T with `trans`) for float64
+  b (..., n, k), from the factorization of a: np.linalg.solve is `lu` then `lu_solve`, so the
+  solves of one matrix (an implicit time step's, and the adjoint solve of its backward pass,
+  which uses the same factorization transposed) share one factorization, which CSE finds.
+  `a` itself is an operand only for the gradient, which goes to it (`lu` has none);
 * `solve_triangular` (a, b) -> x with op(a) x = b, a lower or upper triangular (`lower`),
   op(a) = a or a^T (`trans`), a unit diagonal taken as read (`unit`): SciPy's
   solve_triangular, and `solve` by a Cholesky factor or its transpose;
@@ -50,7 +57,7 @@ from .elementwise import (absolute, add, divide, equal, exp, multiply, not_equal
                           where_)
 from .products import dot, matmul
 from .reduce import amax, amin, sum
-from .registry import implements, register
+from .registry import ZERO_GRADIENT, implements, register
 from .index import getitem
 from .shape import concatenate, expand_dims, moveaxis
 from .special import library_functions
@@ -190,6 +197,60 @@ def _solve_abs(a, b, op="solve"):
     return sb, db
 
 
+def _lu_avals(shape):
+    return [(tuple(shape), np.dtype(np.float64)), (tuple(shape[:-1]), np.dtype(np.int32))]
+
+
+def _lu_abs(a, out_avals):
+    shape, dtype = _square_aval(a, "lu")
+    if dtype != np.float64:
+        raise ShapeError(f"lu: expected a float64 operand, got {dtype.name}")
+    return _check_avals("lu", out_avals, _lu_avals(shape))
+
+
+def _lu_solve_abs(a, lu, piv, b, trans):
+    sa, _ = _square_aval(a, "lu_solve")
+    if tuple(lu[0]) != sa or np.dtype(lu[1]) != np.float64 or tuple(piv[0]) != sa[:-1] \
+            or np.dtype(piv[1]) != np.int32:
+        raise ShapeError(f"lu_solve: the factorization ({lu}, {piv}) is not one of a matrix of shape {sa}")
+    sb, db = _solve_abs(a, b, "lu_solve")
+    if db != np.float64:
+        raise ShapeError(f"lu_solve: expected float64 operands, got {db.name}")
+    return sb, db
+
+
+def _lu_impl(a, out_avals):
+    """LAPACK's getrf (SciPy's) on each matrix; a matrix with infinities or NaNs gives a NaN
+    factorization (its solves give NaN, as the compiled routine's); LinAlgError("Singular
+    matrix") for an exactly singular one, as np.linalg.solve raises."""
+    from scipy.linalg.lapack import dgetrf
+    a = np.asarray(a, dtype=np.float64)
+    lu = np.empty(a.shape)
+    piv = np.empty(a.shape[:-1], np.int32)
+    for i in np.ndindex(a.shape[:-2]):
+        if not np.isfinite(a[i]).all():
+            lu[i] = np.nan
+            piv[i] = np.arange(a.shape[-1])
+            continue
+        lu[i], piv[i], info = dgetrf(a[i])
+        if info > 0:
+            raise np.linalg.LinAlgError("Singular matrix")
+    return lu, piv
+
+
+def _lu_solve_impl(a, lu, piv, b, trans):
+    """SciPy's lu_solve (LAPACK's getrs) on each matrix; NaN for a NaN factorization or a
+    right-hand side with infinities or NaNs (as the compiled routine)."""
+    from scipy.linalg import lu_solve
+    x = np.empty(b.shape)
+    for i in np.ndindex(b.shape[:-2]):
+        if not (np.isfinite(lu[i]).all() and np.isfinite(b[i]).all()):
+            x[i] = np.nan
+            continue
+        x[i] = lu_solve((lu[i], piv[i]), b[i], trans=1 if trans else 0, check_finite=False)
+    return x
+
+
 def _solve_triangular_abs(a, b, lower, trans, unit):
     return _solve_abs(a, b, "solve_triangular")
 
@@ -297,9 +358,9 @@ def _cubic(node, x=0):
     return int(np.prod(shape[:-2], dtype=np.int64)) * m * n * min(m, n)
 
 
-def _solve_flops(node):
-    b = node.inputs[1].shape
-    return _cubic(node) + 2 * int(np.prod(b, dtype=np.int64)) * b[-2]
+def _lu_solve_flops(node):
+    b = node.inputs[3].shape
+    return 2 * int(np.prod(b, dtype=np.int64)) * b[-2]
 
 
 # ---- adjoints ------------------------------------------------------------------------------------
@@ -311,12 +372,15 @@ def _gap_inverse(w):
     return where_(eye, 0.0, divide(1.0, where_(eye, 1.0, d)))
 
 
-def _solve_b(g, out, a, b):
-    return _solve(_T(a), g)
+def _lu_solve_b(g, out, a, lu, piv, b, trans):
+    """op(a) x = b: b's adjoint is op(a)^-T g, a solve with the same factorization."""
+    return bind("lu_solve", a, lu, piv, g, trans=not trans)
 
 
-def _solve_a(g, out, a, b):
-    return -matmul(_solve(_T(a), g), _T(out))
+def _lu_solve_a(g, out, a, lu, piv, b, trans):
+    """-gb x^T for a x = b; -(x gb^T) for a^T x = b (gb: b's adjoint, shared by CSE)."""
+    gb = _lu_solve_b(g, out, a, lu, piv, b, trans)
+    return -(matmul(out, _T(gb)) if trans else matmul(gb, _T(out)))
 
 
 def _solve_triangular_b(g, out, a, b, lower, trans, unit):
@@ -535,8 +599,10 @@ def _marks(onnx):
     return {"host_only": "LAPACK routines (np.linalg.*)", "onnx": onnx}
 
 
-register("solve", "linalg", _solve_abs, lambda a, b: np.linalg.solve(a, b), (_solve_a, _solve_b),
-         flops=_solve_flops, **_marks("ONNX has no linear-solve operator"))
+register("lu", "linalg", _lu_abs, _lu_impl, ZERO_GRADIENT, multiple=True,
+         flops=lambda node: 2 * _cubic(node) // 3, **_marks("ONNX has no LU factorization operator"))
+register("lu_solve", "linalg", _lu_solve_abs, _lu_solve_impl, (_lu_solve_a, None, None, _lu_solve_b),
+         flops=_lu_solve_flops, **_marks("ONNX has no linear-solve operator"))
 register("solve_triangular", "linalg", _solve_triangular_abs, _solve_triangular_impl,
          (_solve_triangular_a, _solve_triangular_b),
          flops=lambda node: int(np.prod(node.inputs[1].shape, dtype=np.int64)) * node.inputs[1].shape[-2],
@@ -590,7 +656,10 @@ def _solve(a, b):
         lower = _triangle(a)
         if lower is not None:
             return _solve_tri(a, b, lower)
-        return bind("solve", a, b)
+        dtype = a.dtype
+        a, b = cast(a, np.float64), cast(b, np.float64)
+        lu, piv = _bind_multi("lu", [a], {}, _lu_avals(shape_of(a)))
+        return cast(bind("lu_solve", a, lu, piv, b, trans=False), dtype)
     return np.linalg.solve(a, b)
 
 

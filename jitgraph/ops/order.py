@@ -644,11 +644,34 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     return _index_take(a, indices, axis)
 
 
+def _searchsorted_abs(a, v, right):
+    (sa, da), (sv, dv) = a, v
+    if len(sa) != 1 or np.dtype(da) != np.dtype(dv) or np.dtype(da) == bool:
+        raise ShapeError(f"searchsorted: a sorted 1-d array and values of its (numeric) dtype, got "
+                         f"{np.dtype(da).name}{list(sa)} and {np.dtype(dv).name}{list(sv)}")
+    return tuple(sv), INDEX
+
+
+def _searchsorted_flops(node):
+    return int(node.size) * max(1, int(np.ceil(np.log2(max(node.inputs[0].shape[0], 2)))))
+
+
+# the position of each value of v in sorted a (NaN last): a binary search per value
+register("searchsorted", "index", _searchsorted_abs,
+         lambda a, v, right: np.searchsorted(np.asarray(a), np.asarray(v), "right" if right else "left")
+         .astype(INDEX), ZERO_GRADIENT, flops=_searchsorted_flops)
+# Up to this many sorted elements, each value is compared with every one (a loop that fuses
+# with its neighbours and vectorizes); above, a binary search per value (`searchsorted`): a
+# particle filter's resampling of 16,000 particles took 41.6 ms the first way.
+SEARCH_COMPARE_MAX = 32
+
+
 @implements(np.searchsorted)
 def searchsorted(a, v, side="left", sorter=None):
     """np.searchsorted of values v in the sorted 1-d array a (NaN sorts last): for "left" the
-    count of a's elements below each value, for "right" of those not above it. Every value is
-    compared with every element (one fused loop): exact, O(len(a)) per value."""
+    count of a's elements below each value, for "right" of those not above it. A binary search
+    per value, or, for a short a (SEARCH_COMPARE_MAX), every value compared with every element
+    in one fused loop."""
     if not _traced(a, v, sorter):
         return np.searchsorted(a, v, side, sorter)
     if side not in ("left", "right"):
@@ -660,6 +683,8 @@ def searchsorted(a, v, side="left", sorter=None):
         a = take(a, sorter)
     dt = result_dtype(a, v)
     a, v = cast(a, dt), cast(v, dt)
+    if shape_of(a)[0] > SEARCH_COMPARE_MAX and np.dtype(dt).kind in "iuf":
+        return bind("searchsorted", a, v, right=side == "right")
     vv = reshape(v, tuple(shape_of(v)) + (1,))
     below = _less_nan_last(a, vv) if side == "left" else logical_not(_less_nan_last(vv, a))
     return _sum(below, axis=-1)

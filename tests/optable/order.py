@@ -102,6 +102,10 @@ nondiff("interp-repeated-point", lambda x: np.interp(x, np.array([0.0, 1.0, 1.0,
 op("searchsorted", lambda a, v: v * np.searchsorted(np.sort(a), v).astype(v.dtype), ((6,), (3, 2)))
 op("searchsorted-right-sorter",
    lambda a, v: v * np.searchsorted(a, v, side="right", sorter=np.argsort(a)).astype(v.dtype), ((6,), (4,)))
+# longer sorted arrays: a binary search per value (the `searchsorted` primitive)
+op("searchsorted-binary", lambda a, v: v * np.searchsorted(np.sort(a), np.concatenate([v, np.sort(a)[3:6]]))[:4]
+   .astype(v.dtype) + v * np.searchsorted(np.sort(a), v, side="right").astype(v.dtype), ((40,), (4,)))
+op("interp-many-points", lambda x, fp: np.interp(x, np.linspace(-2.0, 2.0, 40), fp), ((3, 5), (40,)))
 
 # ---- order statistics --------------------------------------------------------------------------------
 for _axis in (None, 0, 1, -1, (0, 2)):
