@@ -27,7 +27,8 @@ SECTIONS = [
     ("Export and pictures", ["export_onnx", "to_dot", "render"]),
     ("Numerics", ["logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient"]),
     ("Pytrees", ["tree_flatten", "tree_unflatten", "tree_map"]),
-    ("Errors", ["JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError"]),
+    ("Errors", ["JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError",
+                "GradientCutWarning"]),
     ("Past one machine (jitgraph.distributed)", [jg.distributed.value_and_grad]),
 ]
 

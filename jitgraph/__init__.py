@@ -19,7 +19,7 @@ if "NUMBA_THREADING_LAYER" not in _os.environ and "NUMBA_THREADING_LAYER_PRIORIT
         __import__("numba").core.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 from ._version import __version__
-from .errors import GradError, JitgraphError, NotSupportedError, ShapeError, TracingError
+from .errors import GradError, GradientCutWarning, JitgraphError, NotSupportedError, ShapeError, TracingError
 from .graph import Graph, Node
 # the op families register their primitives and NumPy functions when imported
 from .ops import control as _control, elementwise as _elementwise, index as _index  # noqa: F401
@@ -46,6 +46,6 @@ __all__ = [
     "cond", "fori_loop", "scan", "while_loop", "hvp", "checkpoint", "memory_report", "MemoryBudgetError",
     "make_graph", "trace_graph", "eval_graph", "evaluate", "export_onnx", "to_dot", "render",
     "Graph", "Node", "logsumexp", "softmax", "log_softmax", "sigmoid", "stop_gradient",
-    "JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError",
+    "JitgraphError", "TracingError", "NotSupportedError", "ShapeError", "GradError", "GradientCutWarning",
     "tree_flatten", "tree_unflatten", "tree_map",
 ]

@@ -23,8 +23,8 @@ import warnings
 
 import numpy as np
 
-from .errors import (JitgraphError, NotSupportedError, ShapeError, TracingError, array_method_hint,
-                     is_library_frame, numpy_scalar_call, ufunc_list_hint, where)
+from .errors import (GradientCutWarning, JitgraphError, NotSupportedError, ShapeError, TracingError,
+                     array_method_hint, is_library_frame, numpy_scalar_call, ufunc_list_hint, where)
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -845,6 +845,7 @@ class EagerBox(Tensor):
     def __float__(self):
         _refuse_numpy_conversion("float")
         _refuse_scalar_constructor()
+        self._warn_cut("float()")
         return float(self.value)
 
     def __int__(self):
@@ -854,6 +855,17 @@ class EagerBox(Tensor):
 
     def __index__(self):
         return int(self.value)
+
+    def _warn_cut(self, how):
+        """A floating value turned into a Python number by the user's code (not jitgraph's or
+        NumPy's): warn that the number carries no gradient (GradientCutWarning), once per line
+        (Python's default filter). Control flow on it (`if x > 0`) is fine and says nothing."""
+        if np.asarray(self._value).dtype.kind not in "fc" or is_library_frame(sys._getframe(2)):
+            return
+        warnings.warn(f"{how} of a recorded value that the gradient is taken through gives a Python "
+                      "number: nothing computed from it gets a gradient from it (math.* functions call "
+                      "float() too); use NumPy operations on the value to keep its gradient",
+                      GradientCutWarning, stacklevel=3)
 
     @property
     def __array__(self):
@@ -873,9 +885,11 @@ class EagerBox(Tensor):
             f"converting a recorded value to a NumPy array would cut it out of the gradient tape{where()}{hint}")
 
     def item(self):
+        self._warn_cut(".item()")
         return self.value.item() if hasattr(self.value, "item") else self.value
 
     def tolist(self):
+        self._warn_cut(".tolist()")
         return np.asarray(self.value).tolist()
 
     def __repr__(self):

@@ -34,6 +34,11 @@ class GradError(JitgraphError, TypeError):
     """A request for a gradient that cannot be honoured (non-scalar output, integer input, ...)."""
 
 
+class GradientCutWarning(RuntimeWarning):
+    """Eagerly, a recorded floating value became a Python number (float(x), x.item(),
+    x.tolist(), math.sqrt(x)): what is computed from that number gets no gradient from it."""
+
+
 _LIBRARY_FILES = {}
 
 

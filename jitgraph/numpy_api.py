@@ -151,13 +151,19 @@ def lift(xs):
 
 
 def elementwise(op, *xs, dtype=None, float_result=False):
-    """Promote (to `dtype` if given; to float64 if the result must be floating), broadcast,
-    and bind elementwise primitive `op`."""
+    """Promote (to `dtype` if given; to a floating type if the result must be floating),
+    broadcast, and bind elementwise primitive `op`. A floating result of integers is NumPy's
+    ufunc loop's: float32 for (u)int16, float64 for wider integers (and, where NumPy computes in
+    float16, for booleans and 8-bit integers: jitgraph has no float16); float_result="float64"
+    (true division) is float64 for every integer type."""
     weak = builtins.all(is_weak(x) for x in xs)
     xs = [x if is_weak(x) and not isinstance(x, Tensor) else as_operand(x) for x in xs]
     dt = result_dtype(*xs) if dtype is None else np.dtype(dtype)
     if float_result and not np.issubdtype(dt, np.floating):
-        dt = np.dtype(np.float64)
+        dt = np.promote_types(dt, np.float16) if float_result is True and dt.kind in "biu" \
+            else np.dtype(np.float64)
+        if dt == np.float16:
+            dt = np.dtype(np.float64)
     xs = lift([cast(x, dt) for x in xs])
     shape = broadcast_shapes(*[shape_of(x) for x in xs])
     xs = [broadcast_to(x, shape) for x in xs]
@@ -378,6 +384,10 @@ def _write_out(out, result, name, inputs=()):
         if len(out) != 1:
             raise NotSupportedError(f"{name} with several out= arrays is not supported{where()}")
         out = out[0]
+    if isinstance(out, Buffer):
+        # an array the function made (np.zeros): it takes the recorded result, as item assignment
+        assign(out._promote(result, *inputs), result, f"{name}(..., out=)")
+        return out
     if not isinstance(out, Tensor):
         if inputs and out is inputs[0] and isinstance(result, Tensor) and in_place_statement():
             if result.shape != out.shape:

@@ -22,7 +22,8 @@ import types
 import numpy as np
 
 from .buffers import Buffer, tensors
-from .errors import NotSupportedError, is_library_frame, where
+from .core import is_tracing
+from .errors import NotSupportedError, TracingError, is_library_frame, where
 from .numpy_api import as_operand, cast, result_dtype, shape_of
 from .ops.arrange import as_strided
 from .ops.registry import FUNCTIONS
@@ -38,7 +39,7 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_installed = {"count": 0, "originals": {}}
+_installed = {"count": 0, "originals": {}, "random makers": []}
 
 
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
@@ -177,6 +178,24 @@ def as_strided_dispatch(x, shape, strides, subok, writeable):
     return _as_strided_numpy(x, shape, strides, subok, writeable)
 
 
+# A generator made without a seed while a graph is traced draws numbers the compiled function
+# would repeat on every call (a trace reads no generator state that lowering.py could watch):
+# refused. Eagerly, and seeded, generators are fine.
+def _unseeded_refused(module, name, original):
+    def create(*args, **kwargs):
+        if not args and not kwargs and is_tracing() and _from_user():
+            raise TracingError(
+                f"{module}.{name}() without a seed while the function is traced{where()}: a compiled "
+                "function would return the same numbers on every call. Draw them outside and pass them "
+                "as an argument (f(x, rng.standard_normal(3))), or use the eager jg.value_and_grad")
+        return original(*args, **kwargs)
+    return create
+
+
+# (np.random.RandomState and random.Random are classes, which NumPy's own code checks against)
+_RANDOM_MAKERS = ((np.random, "np.random", "default_rng"),)
+
+
 # ---- installing them while recording -------------------------------------------------------------------
 _PATCHES = []
 
@@ -211,6 +230,9 @@ def recording():
                 _installed["originals"][name] = getattr(np, name)
                 setattr(np, name, replacement)
             _AS_STRIDED.__code__ = _as_strided_hook.__code__
+            for module, spelled, name in _RANDOM_MAKERS:
+                _installed["random makers"].append((module, name, getattr(module, name)))
+                setattr(module, name, _unseeded_refused(spelled, name, getattr(module, name)))
         _installed["count"] += 1
     _state.depth += 1
     try:
@@ -223,4 +245,7 @@ def recording():
                 for name, original in _installed["originals"].items():
                     setattr(np, name, original)
                 _AS_STRIDED.__code__ = _AS_STRIDED_CODE
+                for module, name, original in _installed["random makers"]:
+                    setattr(module, name, original)
+                _installed["random makers"].clear()
                 _installed["originals"].clear()

@@ -17,6 +17,7 @@ import inspect
 import logging
 import os
 import sys
+import sysconfig
 import types
 import warnings
 
@@ -109,13 +110,15 @@ def _codes(code):
             yield from _codes(c)
 
 
-def _attribute_chains(code):
+def _attribute_chains(code, self_name=None):
     """(opname, name, attrs): each global or closure variable read, with the attribute names
-    read from it in a row (`cfg.model.scale` gives ("LOAD_GLOBAL", "cfg", ("model", "scale")))."""
+    read from it in a row (`cfg.model.scale` gives ("LOAD_GLOBAL", "cfg", ("model", "scale"))),
+    and of the local `self_name` (a bound method's self: ("LOAD_FAST", "self", ("scale",)))."""
     out = []
     chain = None
     for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") or (
+                self_name is not None and ins.opname == "LOAD_FAST" and ins.argval == self_name):
             chain = [ins.opname, ins.argval, []]
             out.append(chain)
             continue
@@ -144,20 +147,38 @@ def _attr_guards(obj, attrs, out):
         obj = value
 
 
-def guards(fun):
+HELPER_DEPTH = 3      # helper functions called from helpers, whose globals guard a trace too
+
+
+def guards(fun, _depth=0, _visited=None):
     """What a trace of `fun` depends on besides its arguments, as (kind, container, key, object):
     the globals ("global": dict, name) and closure cells ("cell": cell) it reads, and the
     attributes it reads from them ("attr": the object, the attribute name), so that
-    `cfg.scale = 3` after a trace makes the next call retrace, like rebinding `cfg` does."""
-    fun = inspect.unwrap(fun)
+    `cfg.scale = 3` after a trace makes the next call retrace, like rebinding `cfg` does. Also
+    those of the user's functions it calls (read as globals or closure variables, HELPER_DEPTH
+    deep: a global only a helper reads), and, for a bound method, the attributes it reads from
+    its `self` (`m.scale = 3` after `jg.jit(m.loss)`)."""
+    self_obj = getattr(fun, "__self__", None) if inspect.ismethod(fun) else None
+    fun = inspect.unwrap(getattr(fun, "__func__", fun))
     code = getattr(fun, "__code__", None)
     if code is None:
         return []
+    visited = set() if _visited is None else _visited
+    if code in visited:
+        return []
+    visited.add(code)
     g = fun.__globals__
     cells = dict(zip(code.co_freevars, fun.__closure__ or ()))
+    self_name = code.co_varnames[0] if self_obj is not None and code.co_argcount else None
     out, seen = [], set()
     for c in _codes(code):
-        for op, name, attrs in _attribute_chains(c):
+        for op, name, attrs in _attribute_chains(c, self_name if c is code else None):
+            if op == "LOAD_FAST":
+                key = (op, name, attrs)
+                if key not in seen:
+                    seen.add(key)
+                    _attr_guards(self_obj, attrs, out)
+                continue
             if op == "LOAD_DEREF":
                 cell = cells.get(name)
                 if cell is None:
@@ -181,8 +202,22 @@ def guards(fun):
             if (op, name) not in seen:
                 seen.add((op, name))
                 out.append(guard)
+                if _depth < HELPER_DEPTH and isinstance(obj, types.FunctionType) and _users(obj):
+                    out += guards(obj, _depth + 1, visited)
             _attr_guards(obj, attrs, out)
     return out
+
+
+def _users(fn):
+    """Is `fn` the user's code (not jitgraph's, NumPy's or an installed package's)?"""
+    name = fn.__code__.co_filename
+    return not (name.startswith(_INSTALLED) or name.startswith(_OWN) or name.startswith("<frozen"))
+
+
+_INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
+                                                         sysconfig.get_paths()["platlib"],
+                                                         sysconfig.get_paths()["stdlib"]})
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def guard_value(kind, container, key):

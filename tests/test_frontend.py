@@ -783,3 +783,77 @@ def test_a_compiled_gradient_inside_an_eager_one_takes_its_data_arguments():
     E = np.zeros_like(W)
     E[1, 2] = eps
     np.testing.assert_allclose(g[1, 2], (outer(W + E, U) - outer(W - E, U)) / (2 * eps), rtol=1e-6)
+
+
+def test_an_element_read_is_a_copy_not_a_view():
+    """`old = y[i]` reads a scalar, a copy in NumPy: writing y[i] afterwards leaves `old` alone
+    (the swap idiom, a loop keeping the previous element); a row `y[0]` of a 2-d y stays a view."""
+    def keep_old(x):
+        y = x.copy()
+        old = y[0]
+        y[0] = 10.0
+        y[0], y[1] = y[1], y[0]
+        prev, total = y[2], 0.0
+        for i in range(3):
+            y[2] = y[2] * 0.5 + x[i]
+            total = total + prev * y[2]
+            prev = y[2]
+        m = np.stack([x, x]).copy()
+        row = m[0]
+        m[0, 1] = 7.0
+        return old * 3.0 + np.sum(y * np.array([1.0, 2.0, 3.0])) + total + np.sum(row)
+
+    x = np.array([1.0, 2.0, 3.0])
+    for run in (jg.value_and_grad(keep_old), jg.jit_grad(keep_old, backend="python")):
+        v, g = run(x)
+        assert v == pytest.approx(keep_old(x), rel=1e-12)
+        eps, fd = 1e-6, []
+        for i in range(3):
+            e = np.zeros(3)
+            e[i] = eps
+            fd.append((keep_old(x + e) - keep_old(x - e)) / (2 * eps))
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_ufunc_out_into_an_array_the_function_made():
+    """np.multiply(x, 2, out=y) with y = np.zeros(3): y takes the recorded result (it was refused as
+    a write into a NumPy array)."""
+    def f(x):
+        y = np.zeros(3)
+        np.multiply(x, 2, out=y)
+        z = np.empty(3)
+        np.exp(y, out=z)
+        np.add(z, 1.0, out=z)
+        return np.sum(y * x) + np.sum(z)
+
+    x = np.array([0.1, 0.2, 0.3])
+    want = 4 * x + 2 * np.exp(2 * x)
+    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
+        v, g = run(x)
+        assert v == pytest.approx(f(x), rel=1e-12)
+        np.testing.assert_allclose(g, want, rtol=1e-12)
+
+
+def test_eager_conversions_to_python_numbers_warn_that_the_gradient_is_cut():
+    """math.sqrt(np.sum(x ** 2)) or float(x[0]) * ... eagerly: the value is right, the gradient
+    through the conversion is lost, and a GradientCutWarning names the line; control flow on
+    recorded values (comparisons, int() of an index) says nothing."""
+    import math
+    import warnings
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.warns(jg.GradientCutWarning, match=r"float\(\) of a recorded value"):
+        v, g = jg.value_and_grad(lambda x: math.sqrt(np.sum(x ** 2)))(x)
+    assert v == pytest.approx(math.sqrt(14.0)) and not g.any()
+    with pytest.warns(jg.GradientCutWarning, match=r"\.item\(\)"):
+        jg.value_and_grad(lambda x: x[0].item() * np.sum(x))(x)
+
+    def control(x):
+        y = x
+        while np.max(y) < 10.0:
+            y = y * 2.0
+        return np.sum(y) * int(np.argmax(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", jg.GradientCutWarning)
+        v, g = jg.value_and_grad(control)(x)
+    assert v == pytest.approx(control(x))
+    np.testing.assert_allclose(g, [8.0, 8.0, 8.0])

@@ -168,6 +168,18 @@ def test_python_int_arguments_follow_nep50():
         jg.jit(lambda x: x + 300)(np.array([1], np.uint8))
 
 
+def test_floating_results_of_small_integers_take_numpys_dtypes():
+    """int16 and uint16 give float32 from float ufuncs, as NumPy's loops; true division float64.
+    (NumPy's float16 for 8-bit integers and booleans is float64 here: jitgraph has no float16.)"""
+    for dt in (np.int16, np.uint16, np.int32, np.uint64):
+        a = np.array([1, 2, 7], dt)
+        for fn in (np.sqrt, np.exp, lambda a: np.hypot(a, a), lambda a: a / a, lambda a: np.sqrt(a) + a):
+            got, want = jg.jit(fn, backend="python")(a), fn(a)
+            assert got.dtype == want.dtype, (dt, got.dtype, want.dtype)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert jg.jit(np.sqrt, backend="python")(np.array([4], np.int8)).dtype == np.float64
+
+
 def test_integer_sums_and_products_accumulate_in_numpys_dtypes():
     """Unsigned integers sum and multiply in uint64, signed ones and booleans in int64."""
     for x in (np.array([200, 100, 255], np.uint8), np.array([4_000_000_000] * 3, np.uint32),
@@ -243,6 +255,16 @@ def test_random_draws_while_tracing_are_refused_with_the_line(fn):
 def test_a_local_seeded_generator_is_deterministic_and_allowed():
     f = jg.jit(lambda x: x + np.random.default_rng(7).normal(size=3))
     np.testing.assert_array_equal(f(np.zeros(3)), np.random.default_rng(7).normal(size=3))
+
+
+def test_a_local_unseeded_generator_is_refused_when_traced_and_fine_eagerly():
+    def noisy(x):
+        rng = np.random.default_rng()
+        return np.sum(x * rng.standard_normal(3))
+    with pytest.raises(jg.TracingError, match=r"np.random.default_rng\(\) without a seed .*rng = np.random"):
+        jg.jit(noisy, backend="python")(np.zeros(3))
+    assert jg.value_and_grad(noisy)(np.zeros(3))[1].shape == (3,)
+    assert isinstance(np.random.default_rng(), np.random.Generator)      # NumPy's own, again
 
 
 # ---- 5. aliasing through in-place operators ------------------------------------------------------------
@@ -342,6 +364,22 @@ def test_traced_slice_bounds_and_masks_say_what_to_write_instead():
         jg.jit(lambda x, y: x.copy().__setitem__(x > 1.0, y))(x, np.ones(2))
 
 
+def test_nonzero_and_one_argument_where_are_positions():
+    """Eagerly the recorded value's positions (no gradient through them); traced, a refusal that
+    says to index with the mask itself."""
+    x = np.array([-1.0, 2.0, 3.0])
+
+    def f(x):
+        return np.sum(x[np.where(x > 0)] ** 2) + np.sum(x[(x > 0).nonzero()])
+    v, g = jg.value_and_grad(f)(x)
+    assert v == pytest.approx(f(x))
+    np.testing.assert_allclose(g, [0.0, 5.0, 7.0])
+    with pytest.raises(jg.NotSupportedError, match=r"np.nonzero / np.where\(cond\) of a traced value.*x\[cond\]"):
+        jg.jit(f, backend="python")(x)
+    with pytest.raises(ValueError, match="either both or neither of x and y should be given"):
+        jg.value_and_grad(lambda x: np.sum(np.where(x > 0, x)))(x)
+
+
 def test_a_ufunc_given_a_list_of_traced_arrays_says_to_stack_them():
     """No protocol looks into a ufunc's list argument: NumPy converts it, and the error names
     the ufunc and the array to give it instead, recorded or traced."""
@@ -410,6 +448,47 @@ def test_attribute_reads_of_globals_retrace_when_changed():
         assert f.cache_info().traces == 3
     finally:
         CFG.scale, CFG.inner.offset = 2.0, 1
+
+
+HELPER_SCALE = 5.0
+
+
+def _helper(x):
+    return x * HELPER_SCALE
+
+
+def _calls_helper(x):
+    return np.sum(_helper(x))
+
+
+class _Model:
+    def __init__(self):
+        self.scale = 2.0
+
+    def loss(self, x):
+        return np.sum(x * self.scale)
+
+
+def test_globals_of_helpers_and_a_bound_methods_self_are_guarded():
+    """A global only a helper function reads, and `self.scale` of a jitted bound method: changing
+    either retraces (the compiled function had kept the traced values)."""
+    global HELPER_SCALE
+    f = jg.jit(_calls_helper, backend="python")
+    x = np.ones(3)
+    try:
+        assert f(x) == 15.0
+        HELPER_SCALE = 7.0
+        assert f(x) == 21.0
+    finally:
+        HELPER_SCALE = 5.0
+    m = _Model()
+    g = jg.jit_grad(m.loss, backend="python")
+    assert g(x)[0] == 6.0
+    m.scale = 3.0
+    v, gr = g(x)
+    assert v == 9.0
+    np.testing.assert_array_equal(gr, [3.0, 3.0, 3.0])
+    assert g.cache_info().traces == 2
 
 
 def test_attributes_computed_on_every_read_are_not_guarded_by_identity():

@@ -48,7 +48,8 @@ def elementwise_prim(name, expr, impl, vjp, abstract=same, **kw):
 
 # ---- NumPy front-end helpers ---------------------------------------------------------------
 def unary_float(name, ufunc, expr, vjp, **kw):
-    """A floating unary primitive and its ufunc (integers promote to float64, as in NumPy)."""
+    """A floating unary primitive and its ufunc (integers promote as NumPy's loops do:
+    numpy_api.elementwise)."""
     elementwise_prim(name, expr, lambda x: ufunc(x), vjp, float_same, **kw)
 
     @implements(ufunc)
@@ -117,7 +118,7 @@ def multiply(a, b):
 
 @implements(np.true_divide)
 def divide(a, b):
-    return elementwise("div", a, b, float_result=True)
+    return elementwise("div", a, b, float_result="float64")
 
 
 @implements(np.maximum)
@@ -398,8 +399,15 @@ elementwise_prim("cast", _cast_expr, lambda x, dtype: np.asarray(x).astype(dtype
                  abstract=lambda x, dtype: (tuple(x[0]), np.dtype(dtype)))
 
 
+_NOT_GIVEN = object()
+
+
 @implements(np.where)
-def where_(cond, a, b):
+def where_(cond, a=_NOT_GIVEN, b=_NOT_GIVEN):
+    if a is _NOT_GIVEN and b is _NOT_GIVEN:
+        return np.nonzero(cond)         # np.where(cond) is np.nonzero(cond)
+    if a is _NOT_GIVEN or b is _NOT_GIVEN:
+        raise ValueError("either both or neither of x and y should be given")
     cond = to_bool(cond)
     weak = is_weak(a) and is_weak(b)
     a, b = (x if is_weak(x) and not isinstance(x, Tensor) else as_operand(x) for x in (a, b))
@@ -560,7 +568,7 @@ elementwise_prim("sinc", "sin(3.141592653589793 * ({0} if {0} != 0 else 1e-20)) 
 
 @implements(np.sinc)
 def sinc(x):
-    return elementwise("sinc", x, float_result=True)
+    return elementwise("sinc", x, float_result="float64")
 
 
 # ---- rounding ----------------------------------------------------------------------------------------

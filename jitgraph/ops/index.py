@@ -116,6 +116,23 @@ _MASK_HELP = ("its result's shape depends on the data, which a compiled function
               "or x[mask] = v written as x = np.where(mask, v, x)")
 
 
+@implements(np.nonzero)
+def nonzero(a):
+    """np.nonzero (and one-argument np.where): positions, which carry no gradient. Eagerly, those
+    of the recorded value; of a traced value their number depends on the data, so they are
+    refused with what to write instead."""
+    if isinstance(a, EagerBox):
+        return np.nonzero(np.asarray(a.value))
+    if isinstance(a, Tensor):
+        raise NotSupportedError(f"np.nonzero / np.where(cond) of a traced value: {_NONZERO_HELP}{where()}")
+    return np.nonzero(a)
+
+
+_NONZERO_HELP = ("the number of positions depends on the data, which a compiled function must know when it "
+                 "is traced; index with the mask itself (x[cond] followed by elementwise operations and "
+                 "reductions), or use np.where(cond, x, 0)")
+
+
 class _Mask:
     """A boolean mask in an index whose value is only known when the function runs."""
     __slots__ = ("mask",)
@@ -321,6 +338,10 @@ def _getitem(x, items):
         return y
     if y is x:
         y = x.rebind(x.node)
+    if len(int_dims) == len(shape) and not builtins.any(k is None for k in items):
+        # an integer for every axis: NumPy's result is a scalar, a copy (`old = y[0]; y[0] = v`
+        # keeps the old value; a view had taken the new one)
+        return y if y is not x else x.rebind(x.node)
     return view_of(y, x, lambda base: _getitem(base, items), lambda base, v: _set_basic(base, items, v),
                    _contiguous(shape, starts, stops, steps))
 
