@@ -767,11 +767,17 @@ class Tracer(Tensor):
         return Tracer(self._trace, node, self.weak)
 
     def _concrete(self, what):
+        hint = ""
+        if self.weak and not self.node.shape:
+            # a Python bool or int argument (a training flag, a layer count) is traced like an array
+            hint = (" If it comes from a Python bool or int argument that selects code paths or sizes "
+                    "(a training flag, a count), mark that argument static: jg.jit(f, static_argnums=(k,)) "
+                    "compiles once per value.")
         raise TracingError(
             f"{what} of a traced value{where()}: the value depends on the function's inputs, "
             "so it is not known while the function is traced into a static graph. Use "
             "np.where for elementwise choices, jg.cond for branches, or the eager "
-            "jg.value_and_grad, which follows Python control flow.")
+            "jg.value_and_grad, which follows Python control flow." + hint)
 
     def __bool__(self):
         self._concrete("bool()")

@@ -380,6 +380,20 @@ def test_nonzero_and_one_argument_where_are_positions():
         jg.value_and_grad(lambda x: np.sum(np.where(x > 0, x)))(x)
 
 
+def test_python_flag_and_count_arguments_are_told_to_be_static():
+    def loss(x, training, n):
+        if training:
+            x = x * 0.5
+        return np.sum(x[:n] ** 2)
+    with pytest.raises(jg.TracingError, match=r"if training:.*static_argnums"):
+        jg.jit_grad(loss, backend="python")(np.ones(3), True, 2)
+    with pytest.raises(jg.NotSupportedError, match=r"x\[:n\].*static_argnums"):
+        jg.jit_grad(loss, static_argnums=(1,), backend="python")(np.ones(3), True, 2)
+    v, g = jg.jit_grad(loss, static_argnums=(1, 2), backend="python")(np.ones(3), True, 2)
+    assert v == 0.5
+    np.testing.assert_allclose(g, [0.5, 0.5, 0.0])
+
+
 def test_a_ufunc_given_a_list_of_traced_arrays_says_to_stack_them():
     """No protocol looks into a ufunc's list argument: NumPy converts it, and the error names
     the ufunc and the array to give it instead, recorded or traced."""

@@ -87,3 +87,27 @@ def test_an_empty_selection():
 def test_forms_needing_the_selection_as_an_array_are_refused(f, match):
     with pytest.raises((jg.NotSupportedError, IndexError), match=match):
         jg.make_graph(f)(X, M)
+
+
+def test_selection_written_back_under_its_own_mask():
+    """`A[A > t] *= 2` and `A[m] = A[m] ** 2 + 1` with a traced mask: the selection computed on
+    every row and kept where the mask is set (rows too), values and gradients as NumPy's."""
+    def f(a):
+        A = a * 1.0
+        A[A > 0.5] *= 2
+        A[A < 0] = A[A < 0] ** 2 + 1
+        B = np.stack([a, 2 * a], axis=1)
+        B[B[:, 0] > 0] += 3
+        return np.sum(A ** 2) + np.sum(B ** 2)
+
+    a = np.array([0.1, 0.7, -0.3, 1.2])
+    v, g = jg.value_and_grad(f)(a)
+    jv, jgr = jg.jit_grad(f, backend="python")(a)
+    assert v == pytest.approx(f(a)) and jv == pytest.approx(f(a))
+    np.testing.assert_allclose(jgr, g, rtol=1e-12)
+    eps, fd = 1e-6, []
+    for i in range(4):
+        e = np.zeros(4)
+        e[i] = eps
+        fd.append((f(a + e) - f(a - e)) / (2 * eps))
+    np.testing.assert_allclose(g, fd, rtol=1e-6)

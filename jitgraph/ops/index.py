@@ -194,10 +194,14 @@ def _parse(shape, key, masks_allowed=False):
         if k is None or k is Ellipsis:
             items.append(k)
         elif isinstance(k, slice):
-            if builtins.any(isinstance(e, Tensor) for e in (k.start, k.stop, k.step)):
+            bounds = [e for e in (k.start, k.stop, k.step) if isinstance(e, Tensor)]
+            if bounds:
+                weak = " If a bound comes from a Python int argument (x[:n]), mark that argument static: " \
+                    "jg.jit(f, static_argnums=(k,)) compiles once per value." \
+                    if builtins.any(e.weak for e in bounds) else ""
                 raise NotSupportedError(
                     "a slice with traced bounds (x[i:i + n] with i traced) has a length known only "
-                    f"when the function runs; index with x[i + np.arange(n)] instead{where()}")
+                    f"when the function runs; index with x[i + np.arange(n)] instead{where()}.{weak}")
             items.append(k)
         elif isinstance(k, (bool, np.bool_)):
             raise NotSupportedError(f"a boolean scalar as an index (x[True]) is not supported{where()}")
@@ -532,6 +536,13 @@ def _set_masked(x, items, masks, value):
     if tuple(mask.shape) != shape[:m]:
         raise IndexError(f"boolean index of shape {tuple(mask.shape)} does not match the indexed "
                          f"array's shape {shape}{where()}")
+    if isinstance(value, MaskedSelection) and isinstance(value.mask, Tensor) \
+            and value.mask.node is mask.node and tuple(shape_of(value.values)) == shape:
+        # x[mask] = f(x[mask]) (`x[x > t] *= 2`): the selection computed on every row, kept
+        # where the mask is set
+        value, row = value.values, shape[m:]
+        mask = broadcast_to(reshape(mask, tuple(mask.shape) + (1,) * len(row)), shape)
+        return where_(mask, _fit(as_operand(value), shape, x.dtype), x)
     v = as_operand(value)
     row = shape[m:]
     vs = tuple(shape_of(v))

@@ -10,7 +10,8 @@ again; reductions over the selected rows (sum, mean, max, min, prod, any, all,
 count_nonzero, var, std, a vector norm) are reductions of `np.where(mask, x, identity)`, so
 the result, and its gradient, are those NumPy computes. Anything needing the selected rows
 as an array (their shape, indexing them, a matrix product, returning them) is refused,
-saying what is supported.
+saying what is supported. A selection written back under its own mask (`x[x > t] *= 2`,
+`x[m] = x[m] ** 2`) is `np.where(mask, f(x), x)` (ops/index.py, `_set_masked`).
 
 Differences from NumPy: the max or min of an empty selection is -inf or +inf (the maximum's
 and minimum's identities), where NumPy raises; the mean of one is NaN, as NumPy's (without
