@@ -449,8 +449,9 @@ def test_unsupported_functions_raise_not_supported(mode):
     if mode == "traced":     # eagerly, the mask's value is known: NumPy's result
         with pytest.raises(jg.NotSupportedError, match="traced boolean mask.*np.where"):
             run(lambda x: np.sum(x[x > 0][:2]))      # (x[x > 0] reduced is supported)
+    outside = np.empty(4)       # made outside the function (out= into an array it made works)
     with pytest.raises(jg.NotSupportedError, match="out="):
-        run(lambda x: np.sum(np.add(x, 1.0, out=np.empty(4))))
+        run(lambda x: np.sum(np.add(x, 1.0, out=outside)))
     # NotSupportedError is also a NotImplementedError and a JitgraphError
     assert issubclass(jg.NotSupportedError, NotImplementedError)
     assert issubclass(jg.NotSupportedError, jg.JitgraphError)
