@@ -662,7 +662,7 @@ register("searchsorted", "index", _searchsorted_abs,
          .astype(INDEX), ZERO_GRADIENT, flops=_searchsorted_flops)
 # Up to this many sorted elements, each value is compared with every one (a loop that fuses
 # with its neighbours and vectorizes); above, a binary search per value (`searchsorted`): a
-# particle filter's resampling of 16,000 particles took 41.6 ms the first way.
+# particle filter's resampling gradient at 16,000 particles took 44.5 ms the first way, 0.75 ms the second.
 SEARCH_COMPARE_MAX = 32
 
 
