@@ -28,6 +28,7 @@ import inspect
 import sys
 import threading
 import time
+import types
 import uuid
 import weakref
 
@@ -120,6 +121,43 @@ class JitFunction:
         functools.update_wrapper(self, fun)
 
     # -- the call path -------------------------------------------------------------------------
+
+    def __get__(self, obj, objtype=None):
+        """`@jit_grad(argnums=1)` on a method: `obj.method` is the compiled function of the bound
+        method, one per instance. `self` is not an argument but what the method reads from it,
+        like a global (`self.scale = 3` retraces); argnums and static_argnums count the decorated
+        function's parameters, self included (argnums=1 is the first after self)."""
+        if obj is None:
+            return self
+        bound = getattr(obj, "__dict__", {}).get("_jitgraph_bound", {}).get(self._token)
+        if bound is None:
+            bound = self._bind(obj)
+            if hasattr(obj, "__dict__"):
+                obj.__dict__.setdefault("_jitgraph_bound", {})[self._token] = bound
+        return bound
+
+    def _bind(self, obj):
+        def shifted(nums, what):
+            single = isinstance(nums, (int, np.integer))
+            out = []
+            for a in ((nums,) if single else nums):
+                a = int(a)
+                if a == 0:
+                    raise ValueError(f"{what}={nums!r} of {fname(self.fun)}, a method: position 0 is `self`, "
+                                     "which is not an argument of the compiled method (what it reads from "
+                                     "self is traced as constants and guarded); count the parameters after "
+                                     "it from 1")
+                out.append(a - 1 if a > 0 else a)
+            return out[0] if single else tuple(out)
+        static = tuple(a - 1 for a in self.static_argnums if a != 0)
+        kw = dict(static_argnums=static, parallel=self.parallel, backend=self.backend, target=self.target,
+                  cache_size=self.maxsize, reuse_buffers=self.reuse_buffers, wait=self.wait_compile,
+                  reroll=self.reroll)
+        method = types.MethodType(self.fun, obj)
+        if self.grad:
+            return JitFunction(method, True, argnums=shifted(self.argnums, "argnums"), has_aux=self.has_aux,
+                               remat=self.remat, **kw)
+        return JitFunction(method, False, **kw)
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -363,12 +401,6 @@ class JitFunction:
         for part in getattr(self, "__qualname__", "").split("."):
             obj = getattr(obj, part, None)
         return obj is self
-
-    def __get__(self, obj, objtype=None):
-        # decorating a method: bind like a function would
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
 
     def __repr__(self):
         kind = "jit_grad" if self.grad else "jit"

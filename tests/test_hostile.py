@@ -727,3 +727,37 @@ def test_as_strided_outside_the_array_raises_and_numpy_gets_its_function_back():
     with pytest.raises(jg.NotSupportedError, match="not multiples of the item size"):
         jg.value_and_grad(lambda x: np.sum(as_strided(x, (2,), (12,))))(x)
     assert as_strided.__code__ is code
+
+
+def test_decorated_methods_bind_self_and_guard_its_attributes():
+    """`@jg.jit_grad(argnums=1)` on a method: one compiled function per instance, argnums and
+    static_argnums counting self; what the method reads from self retraces when changed."""
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        @jg.jit_grad(argnums=1, backend="python")
+        def loss(self, w, x):
+            return self.scale * np.sum((x @ w) ** 2)
+
+        @jg.jit(static_argnums=(0, 2), backend="python")
+        def forward(self, x, k):
+            return x * self.scale * k
+
+    w, x = np.ones((3, 2)), np.ones((2, 3))
+    m, other = Model(2.0), Model(5.0)
+    v, g = m.loss(w, x)
+    assert v == 2.0 * np.sum((x @ w) ** 2)
+    np.testing.assert_allclose(g, 2.0 * 2 * x.T @ (x @ w))
+    m.scale = 3.0
+    assert m.loss(w, x)[0] == 3.0 * np.sum((x @ w) ** 2)
+    assert m.loss.cache_info().traces == 2 and m.loss is m.loss
+    np.testing.assert_array_equal(m.forward(np.ones(2), 4), [12.0, 12.0])
+    np.testing.assert_array_equal(other.forward(np.ones(2), 4), [20.0, 20.0])
+
+    class Bad:
+        @jg.jit_grad
+        def loss(self, w):
+            return np.sum(w)
+    with pytest.raises(ValueError, match="position 0 is `self`"):
+        Bad().loss(np.ones(2))
