@@ -95,14 +95,6 @@ def _solve_call(em, node, v, x, name, flags=()):
     _into_buffer(em, node, v, x, name, [nb, n, em.sizes(b.shape[-1]), *flags])
 
 
-@OPS.register("lu")
-def _lu(em, node, v, x):
-    a = node.inputs[0]
-    nb, n, _ = _sizes(em, a.shape)
-    ins = _operands(em, v, x)
-    _call(em, "lu", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n])
-
-
 @OPS.register("lu_solve")
 def _lu_solve(em, node, v, x):
     """From the factorization (its operands after the matrix, which only its gradient reads)."""
@@ -160,12 +152,13 @@ def _cholesky(em, node, v, x):
     _call(em, "cholesky", node.dtype, _ptrs(ins + [v]) + [nb, n])
 
 
-@OPS.register("slogdet")
-def _slogdet(em, node, v, x):
+@OPS.register("slogdet", "lu")
+def _square_parts(em, node, v, x):
+    """A stack of square matrices into the node's tuple parts, by the routine of its name."""
     a = node.inputs[0]
     nb, n, _ = _sizes(em, a.shape)
     ins = _operands(em, v, x)
-    _call(em, "slogdet", a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n])
+    _call(em, node.op, a.dtype, _ptrs(ins + _parts(em, node)) + [nb, n])
 
 
 @OPS.register("eigh")

@@ -23,8 +23,8 @@ import warnings
 
 import numpy as np
 
-from .errors import (GradientCutWarning, JitgraphError, NotSupportedError, ShapeError, TracingError,
-                     array_method_hint, is_library_frame, numpy_scalar_call, ufunc_list_hint, where)
+from .errors import (STATIC_HINT, GradientCutWarning, JitgraphError, NotSupportedError, ShapeError,
+                     TracingError, array_method_hint, is_library_frame, numpy_scalar_call, ufunc_list_hint, where)
 from .dtypes import type_str
 from .graph import Node
 from .ops.registry import METHODS, PRIMS
@@ -771,8 +771,7 @@ class Tracer(Tensor):
         if self.weak and not self.node.shape:
             # a Python bool or int argument (a training flag, a layer count) is traced like an array
             hint = (" If it comes from a Python bool or int argument that selects code paths or sizes "
-                    "(a training flag, a count), mark that argument static: jg.jit(f, static_argnums=(k,)) "
-                    "compiles once per value.")
+                    f"(a training flag, a count), {STATIC_HINT}")
         raise TracingError(
             f"{what} of a traced value{where()}: the value depends on the function's inputs, "
             "so it is not known while the function is traced into a static graph. Use "

@@ -34,6 +34,10 @@ class GradError(JitgraphError, TypeError):
     """A request for a gradient that cannot be honoured (non-scalar output, integer input, ...)."""
 
 
+# added to the errors a traced Python bool or int argument meets (`if training:`, `x[:n]`)
+STATIC_HINT = ("mark that argument static: jg.jit(f, static_argnums=(k,)) compiles once per value.")
+
+
 class GradientCutWarning(RuntimeWarning):
     """Eagerly, a recorded floating value became a Python number (float(x), x.item(),
     x.tolist(), math.sqrt(x)): what is computed from that number gets no gradient from it."""

@@ -149,15 +149,18 @@ class JitFunction:
                                      "it from 1")
                 out.append(a - 1 if a > 0 else a)
             return out[0] if single else tuple(out)
-        static = tuple(a - 1 for a in self.static_argnums if a != 0)
-        kw = dict(static_argnums=static, parallel=self.parallel, backend=self.backend, target=self.target,
-                  cache_size=self.maxsize, reuse_buffers=self.reuse_buffers, wait=self.wait_compile,
-                  reroll=self.reroll)
-        method = types.MethodType(self.fun, obj)
+        options = self._constructor_options()
+        options["static_argnums"] = tuple(a - 1 for a in self.static_argnums if a != 0)
         if self.grad:
-            return JitFunction(method, True, argnums=shifted(self.argnums, "argnums"), has_aux=self.has_aux,
-                               remat=self.remat, **kw)
-        return JitFunction(method, False, **kw)
+            options["argnums"] = shifted(self.argnums, "argnums")
+        return JitFunction(types.MethodType(self.fun, obj), **options)
+
+    def _constructor_options(self):
+        """The keyword arguments that make a JitFunction of these options."""
+        return dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux, parallel=self.parallel,
+                    backend=self.backend, target=self.target, static_argnums=self.static_argnums,
+                    cache_size=self.maxsize, remat=self.remat, reuse_buffers=self.reuse_buffers,
+                    wait=self.wait_compile, reroll=self.reroll)
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -384,10 +387,7 @@ class JitFunction:
         # the disk cache; copies with the same token share one cache.
         if self._exported():
             return self.__qualname__
-        options = dict(grad=self.grad, argnums=self.argnums, has_aux=self.has_aux,
-                       parallel=self.parallel, backend=self.backend, target=self.target,
-                       static_argnums=self.static_argnums, cache_size=self.maxsize, remat=self.remat,
-                       reuse_buffers=self.reuse_buffers, wait=self.wait_compile, reroll=self.reroll)
+        options = self._constructor_options()
         with _SHARED_LOCK:
             _SHARED.setdefault(self._token, self)
         return _rebuild, (self._token, self.fun, options)

@@ -798,18 +798,14 @@ def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
     x = as_operand(x)
     itemsize = x.dtype.itemsize
     shape = tuple(x.shape) if shape is None else tuple(int(_static_int(n, "as_strided's shape")) for n in shape)
-    if strides is None:
-        steps = [int(np.prod(x.shape[k + 1:], dtype=np.int64)) for k in range(len(x.shape))]
-        if len(steps) != len(shape):
-            raise ValueError("mismatch in length of strides and shape")
-    else:
-        strides = tuple(int(_static_int(s, "as_strided's strides")) for s in strides)
-        if len(strides) != len(shape):
-            raise ValueError("mismatch in length of strides and shape")
-        if builtins.any(s % itemsize for s in strides):
-            raise NotSupportedError(f"as_strided with strides {strides} that are not multiples of the "
-                                    f"item size ({itemsize} bytes) of a traced value{where()}")
-        steps = [s // itemsize for s in strides]
+    strides = x.strides if strides is None else \
+        tuple(int(_static_int(s, "as_strided's strides")) for s in strides)
+    if len(strides) != len(shape):
+        raise ValueError("mismatch in length of strides and shape")
+    if builtins.any(s % itemsize for s in strides):
+        raise NotSupportedError(f"as_strided with strides {strides} that are not multiples of the "
+                                f"item size ({itemsize} bytes) of a traced value{where()}")
+    steps = [s // itemsize for s in strides]
     if builtins.any(n < 0 for n in shape):
         raise ValueError("negative dimensions are not allowed")
     pos = np.zeros(shape, np.int64)

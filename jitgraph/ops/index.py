@@ -20,7 +20,7 @@ import numpy as np
 
 from ..buffers import unwrap
 from ..core import EagerBox, Tensor, _const_value, bind
-from ..errors import NotSupportedError, ShapeError, where
+from ..errors import STATIC_HINT, NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
                          reshape, runtime_check, shape_of, transpose, view_of, write_into,
                          zeros_like)
@@ -196,8 +196,7 @@ def _parse(shape, key, masks_allowed=False):
         elif isinstance(k, slice):
             bounds = [e for e in (k.start, k.stop, k.step) if isinstance(e, Tensor)]
             if bounds:
-                weak = " If a bound comes from a Python int argument (x[:n]), mark that argument static: " \
-                    "jg.jit(f, static_argnums=(k,)) compiles once per value." \
+                weak = f" If a bound comes from a Python int argument (x[:n]), {STATIC_HINT}" \
                     if builtins.any(e.weak for e in bounds) else ""
                 raise NotSupportedError(
                     "a slice with traced bounds (x[i:i + n] with i traced) has a length known only "
@@ -345,7 +344,7 @@ def _getitem(x, items):
     if len(int_dims) == len(shape) and not builtins.any(k is None for k in items):
         # an integer for every axis: NumPy's result is a scalar, a copy (`old = y[0]; y[0] = v`
         # keeps the old value; a view had taken the new one)
-        return y if y is not x else x.rebind(x.node)
+        return y
     return view_of(y, x, lambda base: _getitem(base, items), lambda base, v: _set_basic(base, items, v),
                    _contiguous(shape, starts, stops, steps))
 

@@ -115,9 +115,13 @@ def _argsort_abs(x, axis):
     return tuple(shape), INDEX
 
 
+def _n_log_n(count, n):
+    """count * log2(n) (at least count): a sort's or binary search's rough operation count."""
+    return int(count) * max(1, int(np.ceil(np.log2(max(n, 2)))))
+
+
 def _sort_flops(node):
-    n = node.shape[node.p["axis"]]
-    return int(node.size) * max(1, int(np.ceil(np.log2(max(n, 2)))))
+    return _n_log_n(node.size, node.shape[node.p["axis"]])
 
 
 register("argsort", "index", _argsort_abs,
@@ -653,7 +657,7 @@ def _searchsorted_abs(a, v, right):
 
 
 def _searchsorted_flops(node):
-    return int(node.size) * max(1, int(np.ceil(np.log2(max(node.inputs[0].shape[0], 2)))))
+    return _n_log_n(node.size, node.inputs[0].shape[0])
 
 
 # the position of each value of v in sorted a (NaN last): a binary search per value
