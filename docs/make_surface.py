@@ -69,7 +69,10 @@ def build():
         "- **Without a protocol** (while a function is recorded): `np.array`, `np.asarray`, "
         "`np.asanyarray`, `np.ascontiguousarray` of traced values and of lists holding them, `np.r_`, "
         "`np.c_`, `np.lib.stride_tricks.as_strided` (imported by name too; a traced value's `strides` "
-        "are those of its C-ordered array), lists of traced values given to any function above, and "
+        "are those of its C-ordered array), calls of `np.vectorize` objects (made before the recording "
+        "too), `np.polynomial`'s functions and classes (NumPy's Python code, traced as the user's: "
+        "`hermevander`, `chebval`, `Chebyshev(c)(x)`; those that test values, such as the fits, run "
+        "eagerly), lists of traced values given to any function above, and "
         f"arrays made with {_fmt(['np.' + c for c in captured])} (or computed from them, not viewed) "
         "that receive traced values.",
         f"- **scipy.special**: {_fmt(sc_ufuncs + sorted(special.TRACED_FUNCTIONS))}.",

@@ -26,6 +26,7 @@ from .ops import control as _control, elementwise as _elementwise, index as _ind
 from .ops import products as _products, reduce as _reduce, shape as _shape  # noqa: F401
 from .ops import arrange as _arrange, contract as _contract, linalg as _linalg, order as _order  # noqa: F401
 from .ops import fft as _fft, masked as _masked, special as _special, stats as _stats  # noqa: F401
+from .ops import sets as _sets  # noqa: F401
 from .ops.control import cond, fori_loop, scan, while_loop
 from .ops.elementwise import sigmoid, stop_gradient
 from .ops.reduce import log_softmax, logsumexp, softmax

@@ -17,6 +17,7 @@ from .interpreter import evaluate
 from .loop_passes import merge_scans
 from .numpy_api import as_operand, keep_weak, ones_like, reshape, shape_of, zeros_like
 from .ops import stats as scipy_functions
+from .ops.sets import RANGE_MESSAGES
 from .tree import TreeDef, tree_flatten, tree_unflatten
 from .values import array_value, is_static_leaf, python_int_class, supported_dtype
 
@@ -423,6 +424,9 @@ def run_checks(graph, flat):
             raise IndexError(f"index {v} is out of bounds for axis {info[1]} with size {info[0]}")
         elif kind == "bincount_negative" and v < 0:
             raise ValueError("'list' argument must have no negative elements")
+        elif kind in ("unravel_low", "multi_index_low") and v < 0 or \
+                kind in ("unravel_high", "multi_index_high") and v >= info:
+            raise ValueError(RANGE_MESSAGES[kind.rsplit("_", 1)[0]].format(index=v, size=info))
         elif kind == "bincount_bins" and v >= info:
             raise ValueError(f"np.bincount: the value {v} needs {v + 1} bins but the traced function "
                              f"makes minlength={info} (its result's size was fixed when tracing); pass a "

@@ -944,12 +944,21 @@ def _refuse_library_conversion():
     while frame is not None:
         if frame.f_code.co_filename.startswith(root):
             frames.append(frame)
-        elif frames and not frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        elif frames and not is_library_frame(frame):     # (NumPy's and jitgraph's frames between)
             break
         frame = frame.f_back
     if not frames:
         return
-    # the function the user called: the outermost SciPy frame, decorators' wrappers aside
+    # the function the user called: the outermost SciPy frame, decorators' wrappers aside (a
+    # wrapper converting the arguments before the call names the function it wraps)
+    outer_wrapper = frames[-1] if "wrapper" in frames[-1].f_code.co_name else None
+    wrapped = next((v for k, v in (outer_wrapper.f_locals.items() if outer_wrapper else ())
+                    if k in ("f", "func", "fun", "function", "wrapped") and callable(v)), None)
+    if wrapped is not None and not getattr(wrapped, "__name__", "_").startswith("_"):
+        module = getattr(wrapped, "__module__", None) or "scipy"
+        name = f"{'.'.join(module.split('.')[:2])}.{wrapped.__name__}"
+        raise NotSupportedError(f"{name} is not supported on traced values"
+                                f"{'; ' + LIBRARY_HINTS[name] if name in LIBRARY_HINTS else ''}{where()}")
     named = [f for f in frames if not f.f_code.co_name.startswith("_") and "wrapper" not in f.f_code.co_name]
     outer = (named or frames)[-1]
     package = ".".join(outer.f_globals.get("__name__", "scipy").split(".")[:2])

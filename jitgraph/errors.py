@@ -1,5 +1,6 @@
 """Exceptions raised by jitgraph, and the helper that points them at user code."""
 import dis
+import importlib.util
 import linecache
 import os
 import sys
@@ -12,6 +13,10 @@ _PKG_DIRS = tuple(
     for name in ("jitgraph", "codegen")
 )
 _NUMPY_DIR = os.path.dirname(os.path.abspath(__import__("numpy").__file__))
+# SciPy's functions call NumPy's on the user's traced values: an error names the user's call
+_SCIPY_SPEC = importlib.util.find_spec("scipy")
+_LIBRARY_DIRS = (_NUMPY_DIR,) + ((os.path.dirname(os.path.abspath(_SCIPY_SPEC.origin)) + os.sep,)
+                                 if _SCIPY_SPEC is not None and _SCIPY_SPEC.origin else ())
 
 
 class JitgraphError(Exception):
@@ -47,12 +52,12 @@ _LIBRARY_FILES = {}
 
 
 def is_library_frame(frame):
-    """Is this frame jitgraph's or NumPy's (not the user's code)?"""
+    """Is this frame jitgraph's, NumPy's or SciPy's (not the user's code)?"""
     name = frame.f_code.co_filename
     known = _LIBRARY_FILES.get(name)
     if known is None:
         fname = os.path.abspath(name)
-        known = _LIBRARY_FILES[name] = fname.startswith(_PKG_DIRS) or fname.startswith(_NUMPY_DIR) \
+        known = _LIBRARY_FILES[name] = fname.startswith(_PKG_DIRS) or fname.startswith(_LIBRARY_DIRS) \
             or fname.startswith("<__array_function__")
     return known
 

@@ -10,7 +10,6 @@ sees: the graph, the generated source, the fusion groups, the memory report.
 import hashlib
 import linecache
 import os
-import random
 import sys
 import sysconfig
 import threading
@@ -26,7 +25,7 @@ from .api import trace_graph
 from .entry import Entry
 from .remat import apply_policy
 from .errors import TracingError, is_library_frame
-from .signature import cuda_leaf, fname, guards
+from .signature import cuda_leaf, fname, guards, rng_states
 from .tree import tree_flatten, tree_unflatten
 
 
@@ -117,10 +116,10 @@ def lower(fun, dyn, argnums, options, guard_fun, desc, stats):
 def trace(fun, dyn, argnums, options, guard_fun, stats):
     """The traced graph of `fun` for the dynamic arguments `dyn` (before rematerialization)."""
     abstract = [_abstract(a) for a in dyn]
-    before = _rng_states(guard_fun)
+    before = rng_states(guard_fun)
     reroll = options.get("reroll", True) and options.get("remat") is None
     graph = trace_graph(fun, abstract, argnums, options["has_aux"], options["grad"], reroll=reroll)
-    if _rng_states(guard_fun) != before:
+    if rng_states(guard_fun) != before:
         _refuse_random_draws(fun, abstract, argnums, options, guard_fun)
     stats["traces"] += 1
     return graph
@@ -317,31 +316,6 @@ def _run_in_server(program, args):
     return compile_server.run_remote(program.path, "kernel", spec, parts)
 
 
-def _generators(fun):
-    """The random generators a trace could advance: NumPy's and Python's global ones, and the
-    Generator/RandomState/random.Random objects `fun` reads from its globals and closure."""
-    gens = [np.random.mtrand._rand, random._inst]
-    for _, _, _, obj in guards(fun):
-        if isinstance(obj, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
-                            random.Random)):
-            gens.append(obj)
-    return gens
-
-
-def _state(gen):
-    if isinstance(gen, np.random.Generator):
-        return repr(gen.bit_generator.state)
-    if isinstance(gen, np.random.BitGenerator):
-        return repr(gen.state)
-    if isinstance(gen, np.random.RandomState):
-        return repr(gen.get_state(legacy=False))
-    return repr(gen.getstate())
-
-
-def _rng_states(fun):
-    return [_state(g) for g in _generators(fun)]
-
-
 def _refuse_random_draws(fun, abstract, argnums, options, guard_fun):
     """A trace drew random numbers: find the line (tracing again, comparing the generators'
     states after each line of the user's code) and raise, since the compiled function would
@@ -363,11 +337,11 @@ _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 def _line_of_draw(fun, abstract, argnums, options, guard_fun):
     """(filename, line) of the user's line after which the generators' states changed, or None."""
-    found, last = [], [None, _rng_states(guard_fun)]
+    found, last = [], [None, rng_states(guard_fun)]
 
     def line_tracer(frame, event, arg):
         if event in ("line", "return") and not found:
-            states = _rng_states(guard_fun)
+            states = rng_states(guard_fun)
             if states != last[1] and last[0] is not None:
                 found.append(last[0])
             last[:] = [(frame.f_code.co_filename, frame.f_lineno), states]

@@ -13,6 +13,7 @@ The op families in `ops/` register the NumPy functions they implement
 protocol calls (`__array_ufunc__`, `__array_function__`) through those tables.
 """
 import builtins
+import sys
 
 import numpy as np
 
@@ -341,8 +342,15 @@ def ones_like(x, dtype=None):
 def np_name(obj):
     """`np.linalg.solve`-style name of a NumPy (or other) function."""
     mod = getattr(obj, "__module__", None) or "numpy"
+    name = getattr(obj, "__name__", repr(obj))
+    if isinstance(obj, np.ufunc) and getattr(np, name, None) is not obj:
+        # a ufunc of another package (scipy.special's, reached through a wrapper such as zeta's)
+        special = sys.modules.get("scipy.special")
+        public = name.lstrip("_")
+        if special is not None and getattr(special, name, None) is obj or getattr(special, public, None):
+            return f"scipy.special.{public if getattr(special, public, None) else name}"
     mod = "np" + mod[len("numpy"):] if mod.startswith("numpy") else mod
-    return f"{mod}.{getattr(obj, '__name__', repr(obj))}"
+    return f"{mod}.{name}"
 
 
 # ufunc.reduce: a NumPy function (its implementation in FUNCTIONS) or an implementation
@@ -436,7 +444,7 @@ def apply_ufunc(ufunc, how, inputs, kwargs):
         return NotImplemented
     if how == "__call__" and any(is_complex_constant(x) for x in inputs) and "complex_ufunc" in METHODS:
         return METHODS["complex_ufunc"](ufunc, inputs, kwargs)      # ops/fft.py: pairs of real arrays
-    name = f"np.{ufunc.__name__}"
+    name = np_name(ufunc) if getattr(np, ufunc.__name__, None) is not ufunc else f"np.{ufunc.__name__}"
     out = kwargs.get("out")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     if how == "at":

@@ -28,6 +28,7 @@ from .numpy_api import as_operand, cast, result_dtype, shape_of
 from .ops.arrange import as_strided
 from .ops.registry import FUNCTIONS
 from .ops.shape import concatenate, reshape, transpose_
+from .ops.vectorize import vectorized_call
 
 _CREATORS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
              "eye", "identity")
@@ -45,6 +46,10 @@ _installed = {"count": 0, "originals": {}, "random makers": []}
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
                                                          sysconfig.get_paths()["platlib"]})
 _FROM_PACKAGE = {}
+# NumPy's modules written in NumPy operations that traced values go through as they go through the
+# user's code: np.polynomial (hermevander, chebval, ...) makes its arrays with np.array and np.empty
+_TRACED_NUMPY = tuple(os.path.join(os.path.dirname(os.path.abspath(np.__file__)), d) + os.sep
+                      for d in ("polynomial",))
 
 
 def _from_user():
@@ -53,9 +58,11 @@ def _from_user():
     if not _state.depth:
         return False
     frame = sys._getframe(2)
+    name = frame.f_code.co_filename
+    if name.startswith(_TRACED_NUMPY):
+        return True
     if is_library_frame(frame):
         return False
-    name = frame.f_code.co_filename
     installed = _FROM_PACKAGE.get(name)
     if installed is None:
         installed = _FROM_PACKAGE[name] = os.path.abspath(name).startswith(_INSTALLED)
@@ -178,6 +185,17 @@ def as_strided_dispatch(x, shape, strides, subok, writeable):
     return _as_strided_numpy(x, shape, strides, subok, writeable)
 
 
+# np.vectorize objects are often made before the recording (at import, as decorators): while
+# recording, the class's __call__ sends calls with recorded values to ops/vectorize.py.
+_VECTORIZE_CALL = np.vectorize.__call__
+
+
+def _vectorize_call(self, *args, **kwargs):
+    if self.pyfunc is not np._NoValue and tensors((args, kwargs)):
+        return vectorized_call(self, args, kwargs)
+    return _VECTORIZE_CALL(self, *args, **kwargs)
+
+
 # A generator made without a seed while a graph is traced draws numbers the compiled function
 # would repeat on every call (a trace reads no generator state that lowering.py could watch):
 # refused. Eagerly, and seeded, generators are fine.
@@ -188,6 +206,12 @@ def _unseeded_refused(module, name, original):
                 f"{module}.{name}() without a seed while the function is traced{where()}: a compiled "
                 "function would return the same numbers on every call. Draw them outside and pass them "
                 "as an argument (f(x, rng.standard_normal(3))), or use the eager jg.value_and_grad")
+        if is_tracing() and tensors((args, kwargs)):
+            raise TracingError(
+                f"{module}.{name}() with a traced seed{where()}: the seed is an argument of the traced "
+                f"function, so its value is not known while the function is traced. Pass it with "
+                f"static_argnums (one trace per seed), or draw the numbers outside and pass them as an "
+                f"argument")
         return original(*args, **kwargs)
     return create
 
@@ -230,6 +254,7 @@ def recording():
                 _installed["originals"][name] = getattr(np, name)
                 setattr(np, name, replacement)
             _AS_STRIDED.__code__ = _as_strided_hook.__code__
+            np.vectorize.__call__ = _vectorize_call
             for module, spelled, name in _RANDOM_MAKERS:
                 _installed["random makers"].append((module, name, getattr(module, name)))
                 setattr(module, name, _unseeded_refused(spelled, name, getattr(module, name)))
@@ -245,6 +270,7 @@ def recording():
                 for name, original in _installed["originals"].items():
                     setattr(np, name, original)
                 _AS_STRIDED.__code__ = _AS_STRIDED_CODE
+                np.vectorize.__call__ = _VECTORIZE_CALL
                 for module, name, original in _installed["random makers"]:
                     setattr(module, name, original)
                 _installed["random makers"].clear()

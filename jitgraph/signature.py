@@ -16,6 +16,7 @@ import dis
 import inspect
 import logging
 import os
+import random
 import sys
 import sysconfig
 import types
@@ -385,3 +386,31 @@ class Signature:
             else:
                 argnums = tuple(remap[int(a) % len(args)] for a in argnums)
         return dynamic, tuple(args[i] for i in dyn_pos), argnums
+
+
+# ---- random generators a trace could advance -----------------------------------------------------
+def random_generators(fun):
+    """The random generators a trace could advance: NumPy's and Python's global ones, and the
+    Generator/RandomState/random.Random objects `fun` reads from its globals and closure."""
+    gens = [np.random.mtrand._rand, random._inst]
+    for _, _, _, obj in guards(fun):
+        if isinstance(obj, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                            random.Random)):
+            gens.append(obj)
+    return gens
+
+
+def _state(gen):
+    if isinstance(gen, np.random.Generator):
+        return repr(gen.bit_generator.state)
+    if isinstance(gen, np.random.BitGenerator):
+        return repr(gen.state)
+    if isinstance(gen, np.random.RandomState):
+        return repr(gen.get_state(legacy=False))
+    return repr(gen.getstate())
+
+
+def rng_states(fun):
+    """The states of the generators `fun` could advance (`random_generators`): equal before and
+    after a trace that drew nothing."""
+    return [_state(g) for g in random_generators(fun)]

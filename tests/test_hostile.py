@@ -267,6 +267,15 @@ def test_a_local_unseeded_generator_is_refused_when_traced_and_fine_eagerly():
     assert isinstance(np.random.default_rng(), np.random.Generator)      # NumPy's own, again
 
 
+def test_a_traced_seed_is_refused_with_static_argnums_named():
+    def noisy(x, seed):
+        return np.sum(x * np.random.default_rng(seed).standard_normal(3))
+    with pytest.raises(jg.TracingError, match=r"default_rng\(\) with a traced seed.*static_argnums"):
+        jg.jit(noisy, backend="python")(np.zeros(3), 4)
+    f = jg.jit(noisy, backend="python", static_argnums=1)
+    assert f(np.ones(3), 4) == np.sum(np.random.default_rng(4).standard_normal(3))
+
+
 # ---- 5. aliasing through in-place operators ------------------------------------------------------------
 def _aliased(x):
     y = x * 1.0

@@ -13,11 +13,11 @@ import operator
 import numpy as np
 
 from ..core import Tensor
-from ..errors import NotSupportedError, where
+from ..errors import NotSupportedError, TracingError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
 from .elementwise import (absolute, add, divide, equal, greater, less, logical_and, logical_not, multiply,
-                          remainder, to_bool, where_)
+                          remainder, subtract, to_bool, where_)
 from .index import getitem, setitem
 from .linalg import lstsq
 from .order import cumsum, diff, searchsorted
@@ -422,6 +422,128 @@ def polyval(p, x):
     for i in range(shape_of(p)[0]):
         y = add(multiply(y, x), p[i])
     return y
+
+
+def _poly1d(p, name):
+    p = as_operand(p)
+    if _ndim(p) == 0:
+        p = reshape(p, (1,))
+    if _ndim(p) != 1:
+        raise NotSupportedError(f"{name} of a {_ndim(p)}-d array of coefficients is not supported{where()}")
+    return p
+
+
+def _aligned(a1, a2, name):
+    """a1 and a2 (coefficients, highest power first) with the shorter one padded with leading zeros."""
+    a1, a2 = _poly1d(a1, name), _poly1d(a2, name)
+    d = shape_of(a2)[0] - shape_of(a1)[0]
+    if d > 0:
+        a1 = concatenate([np.zeros(d, a1.dtype), a1])
+    elif d < 0:
+        a2 = concatenate([np.zeros(-d, a2.dtype), a2])
+    return a1, a2
+
+
+@implements(np.polyadd)
+def polyadd(a1, a2):
+    """np.polyadd of coefficient arrays (highest power first)."""
+    a1, a2 = _aligned(a1, a2, "np.polyadd")
+    return add(a1, a2)
+
+
+@implements(np.polysub)
+def polysub(a1, a2):
+    """np.polysub of coefficient arrays (highest power first)."""
+    a1, a2 = _aligned(a1, a2, "np.polysub")
+    return subtract(a1, a2)
+
+
+@implements(np.polymul)
+def polymul(a1, a2):
+    """np.polymul: the convolution of the coefficient arrays."""
+    return convolve(_poly1d(a1, "np.polymul"), _poly1d(a2, "np.polymul"))
+
+
+@implements(np.polyder)
+def polyder(p, m=1):
+    """np.polyder: the m-th derivative's coefficients (a constant's derivative is empty, as NumPy's)."""
+    m = operator.index(m)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = as_operand(p)
+    for _ in range(m):
+        n = shape_of(p)[0] - 1
+        p = multiply(getitem(p, (slice(None, -1),)), np.arange(n, 0, -1))
+    return p
+
+
+@implements(np.polyint)
+def polyint(p, m=1, k=None):
+    """np.polyint: the m-th antiderivative's coefficients, with integration constants k."""
+    m = operator.index(m)
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    k = np.zeros(m, float) if k is None else k
+    k = reshape(as_operand(k), (-1,)) if _ndim(k) == 0 else as_operand(k)
+    if shape_of(k)[0] == 1 and m > 1:
+        k = broadcast_to(cast(k, np.float64), (m,))
+    if shape_of(k)[0] < m:
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
+    p = as_operand(p)
+    for i in range(m):
+        y = divide(p, np.arange(shape_of(p)[0], 0, -1))
+        p = concatenate([y, reshape(cast(getitem(k, (i,)), y.dtype), (1,))])
+    return p
+
+
+@implements(np.poly)
+def poly(seq_of_zeros):
+    """np.poly of a 1-d sequence of (real) roots: the monic polynomial's coefficients, a product
+    of the factors (x - r) by convolution; differentiable in the roots."""
+    z = as_operand(seq_of_zeros)
+    z = reshape(z, (1,)) if _ndim(z) == 0 else z
+    if _ndim(z) != 1:
+        raise NotSupportedError(f"np.poly of a matrix needs its eigenvalues, complex in general, which "
+                                f"are not supported{where()}")
+    z = cast(z, np.float32 if z.dtype == np.float32 else np.float64)
+    n = shape_of(z)[0]
+    if n == 0:
+        return 1.0
+    a = np.ones(1, z.dtype)
+    for i in range(n):
+        a = convolve(a, stack([np.ones((), z.dtype), -getitem(z, (i,))]))
+    return a
+
+
+@implements(np.polydiv)
+def polydiv(u, v):
+    """np.polydiv: (quotient, remainder) by NumPy's long division, whose remainder drops leading
+    coefficients close to zero: that length is decided on the values, so of traced
+    coefficients the call is refused (eagerly it is NumPy's)."""
+    u = add(_poly1d(u, "np.polydiv"), 0.0)
+    v = add(_poly1d(v, "np.polydiv"), 0.0)
+    dt = np.result_type(u.dtype, v.dtype)
+    u, v = cast(u, dt), cast(v, dt)
+    m, n = shape_of(u)[0] - 1, shape_of(v)[0] - 1
+    scale = divide(1.0, getitem(v, (0,)))
+    r = [getitem(u, (i,)) for i in range(m + 1)]
+    q = []
+    for k in range(m - n + 1):
+        d = multiply(scale, r[k])
+        q.append(d)
+        for j in range(n + 1):
+            r[k + j] = subtract(r[k + j], multiply(d, getitem(v, (j,))))
+    quotient = stack(q) if q else np.zeros(1, dt)
+    while len(r) > 1:
+        try:
+            small = bool(np.allclose(r[0], 0, rtol=1e-14))
+        except TracingError:
+            raise NotSupportedError(f"np.polydiv of traced coefficients: the remainder's length "
+                                    f"depends on their values{where()}") from None
+        if not small:
+            break
+        r = r[1:]
+    return quotient, stack(r)
 
 
 @implements(np.polyfit)

@@ -476,3 +476,34 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
         y = subtract(multiply(ac[2], bc[0]), multiply(ac[0], bc[2]))
     c = stack([x, y, z], axis=-1)
     return moveaxis(c, -1, _axis(axisc, len(shape) + 1, "axisc"))
+
+
+# ---- the array-API forms in np.linalg (NumPy 2) -------------------------------------------------
+@implements(np.linalg.trace)
+def linalg_trace(x, /, *, offset=0, dtype=None):
+    """np.linalg.trace: the trace over the last two axes."""
+    return trace(x, offset, -2, -1, dtype)
+
+
+@implements(np.linalg.diagonal)
+def linalg_diagonal(x, /, *, offset=0):
+    """np.linalg.diagonal: the diagonal of the last two axes."""
+    return diagonal(x, offset, -2, -1)
+
+
+@implements(np.linalg.tensordot)
+def linalg_tensordot(x1, x2, /, *, axes=2):
+    return tensordot(x1, x2, axes)
+
+
+@implements(np.linalg.cross)
+def linalg_cross(x1, x2, /, *, axis=-1):
+    """np.linalg.cross: the cross product of 3-vectors along `axis` (2-vectors are refused, as NumPy
+    refuses them)."""
+    for x in (x1, x2):
+        s = shape_of(x)
+        if not s or s[_axis(axis, len(s), "axis")] != 3:
+            raise ValueError(f"Both input arrays must be (arrays of) 3-dimensional vectors, but they "
+                             f"are {shape_of(x1)[axis] if shape_of(x1) else ()} and "
+                             f"{shape_of(x2)[axis] if shape_of(x2) else ()} dimensional instead.")
+    return cross(x1, x2, axis=axis)

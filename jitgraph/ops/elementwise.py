@@ -9,7 +9,7 @@ import operator
 
 import numpy as np
 
-from ..errors import NotSupportedError, ShapeError, where
+from ..errors import NotSupportedError, ShapeError, TracingError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, elementwise, full_like,
                          is_weak, keep_weak, lift, no_out, ones_like, result_dtype, runtime_check,
                          shape_of, zeros_like)
@@ -688,6 +688,73 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if equal_nan:
         r = logical_or(r, logical_and(isnan(a), isnan(b)))
     return r
+
+
+def _python_bool(value, name):
+    """bool(value) where it is known now; of a traced value, a TracingError naming `name`."""
+    try:
+        return bool(value)
+    except TracingError:
+        raise TracingError(
+            f"{name} of traced values{where()}: it returns a Python bool, which depends on the "
+            f"function's inputs and so is not known while the function is traced. Keep the test "
+            f"as an array (np.all(np.isclose(a, b)) used in np.where), use jg.cond for a branch, or "
+            f"the eager jg.value_and_grad") from None
+
+
+@implements(np.allclose)
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """np.allclose: a Python bool, so of traced values it is refused as `bool()` of a traced value
+    is (eagerly it is the recorded values' answer)."""
+    return _python_bool(np.all(isclose(a, b, rtol, atol, equal_nan)), "np.allclose")
+
+
+@implements(np.array_equal)
+def array_equal(a1, a2, equal_nan=False):
+    """np.array_equal: same shape and elements (a Python bool, see `allclose`)."""
+    a1 = as_operand(a1)
+    a2 = as_operand(a2)
+    if tuple(shape_of(a1)) != tuple(shape_of(a2)):
+        return False
+    same = equal(a1, a2)
+    if equal_nan and np.result_type(a1.dtype, a2.dtype).kind == "f":
+        same = logical_or(same, logical_and(isnan(a1), isnan(a2)))
+    return _python_bool(np.all(same), "np.array_equal")
+
+
+@implements(np.array_equiv)
+def array_equiv(a1, a2):
+    """np.array_equiv: shapes that broadcast together and equal elements (a Python bool)."""
+    a1 = as_operand(a1)
+    a2 = as_operand(a2)
+    try:
+        np.broadcast_shapes(tuple(shape_of(a1)), tuple(shape_of(a2)))
+    except ValueError:
+        return False
+    return _python_bool(np.all(equal(a1, a2)), "np.array_equiv")
+
+
+@implements(np.fix)
+def fix(x, out=None):
+    """np.fix: rounding toward zero (np.trunc; integers unchanged); no gradient."""
+    no_out(out, "np.fix")
+    x = as_operand(x)
+    if x.dtype.kind != "f":
+        return x
+    return trunc(x)
+
+
+@implements(np.angle)
+def angle(z, deg=False):
+    """np.angle of real numbers: pi where the sign bit is set (negative numbers and -0.0), else
+    0, NaN for NaN (180 and 0 with deg=True); float64 for integers; no gradient."""
+    z = as_operand(z)
+    dt = z.dtype if z.dtype.kind == "f" else np.dtype(np.float64)
+    half_turn = 180.0 if deg else np.pi
+    r = where_(signbit(z), np.asarray(half_turn, dt), np.asarray(0.0, dt))
+    if z.dtype.kind == "f":
+        r = where_(isnan(z), z, r)
+    return cast(r, dt)
 
 
 # ---- NaN and infinities ------------------------------------------------------------------------------

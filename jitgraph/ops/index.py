@@ -669,6 +669,54 @@ def copyto(dst, src, casting="same_kind", where=True):
 _where = where
 
 
+@implements(np.putmask)
+def putmask(a, mask, values):
+    """np.putmask: a's elements where mask is true take values[n % len(values)], n their flat
+    position (np.where, written into a and what a is a view of)."""
+    _require_tensor(a, "np.putmask")
+    size = int(np.prod(a.shape, dtype=np.int64))
+    mask = as_operand(mask)
+    if int(np.prod(shape_of(mask), dtype=np.int64)) != size:
+        raise ValueError(f"putmask: mask and data must be the same size{_where()}")
+    v = ravel(as_operand(values))
+    n = shape_of(v)[0]
+    if n == 0:
+        return
+    if n != size:
+        v = getitem(v, (np.arange(size, dtype=np.int64) % n,))
+    new = where_(reshape(cast(mask, bool), a.shape), reshape(cast(v, a.dtype), a.shape), a)
+    write_into(a, lift([a, new])[1], "np.putmask")
+
+
+@implements(np.place)
+def place(arr, mask, vals):
+    """np.place: the k-th element of arr where mask is true takes vals[k % len(vals)] (a scatter at
+    known positions, or, for a traced mask, np.where with the running count of its truths)."""
+    _require_tensor(arr, "np.place")
+    size = int(np.prod(arr.shape, dtype=np.int64))
+    if int(np.prod(shape_of(mask), dtype=np.int64)) != size:
+        raise ValueError(f"place: mask and data must be the same size{_where()}")
+    v = ravel(as_operand(vals))
+    n = shape_of(v)[0]
+    known = _known(mask)
+    if known is not None:
+        positions = np.flatnonzero(known)
+        if positions.size == 0:
+            return
+        if n == 0:
+            raise ValueError("Cannot insert from an empty array!")
+        picked = getitem(v, (np.arange(positions.size, dtype=np.int64) % n,))
+        setitem(ravel(arr), (positions,), cast(picked, arr.dtype))
+        return
+    if n == 0:
+        raise NotSupportedError(f"np.place with empty vals and a traced mask is not supported{_where()}")
+    m = reshape(cast(as_operand(mask), bool), (size,))
+    k = np.cumsum(cast(m, np.int64)) - 1
+    picked = getitem(v, (maximum(k, 0) % n,))
+    new = where_(m, cast(picked, arr.dtype), ravel(arr))
+    write_into(arr, lift([arr, reshape(new, arr.shape)])[1], "np.place")
+
+
 @implements(np.fill_diagonal)
 def fill_diagonal(a, val, wrap=False):
     _require_tensor(a, "np.fill_diagonal")

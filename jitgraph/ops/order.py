@@ -290,6 +290,25 @@ def cumprod(a, axis=None, dtype=None, out=None):
     return _cumulative("cumprod", a, axis, dtype, out, "np.cumprod")
 
 
+def _nan_cumulative(op, a, fill, axis, dtype, out, name):
+    a = as_operand(a)
+    if isinstance(a, Tensor):
+        a = _nan_replaced(a, fill)[0]
+    return _cumulative(op, a, axis, dtype, out, name)
+
+
+@implements(np.nancumsum)
+def nancumsum(a, axis=None, dtype=None, out=None):
+    """np.nancumsum: np.cumsum with NaN counted as zero (no gradient reaches the NaNs)."""
+    return _nan_cumulative("cumsum", a, 0, axis, dtype, out, "np.nancumsum")
+
+
+@implements(np.nancumprod)
+def nancumprod(a, axis=None, dtype=None, out=None):
+    """np.nancumprod: np.cumprod with NaN counted as one."""
+    return _nan_cumulative("cumprod", a, 1, axis, dtype, out, "np.nancumprod")
+
+
 def _cumulative_include(op, x, axis, dtype, out, include_initial, name):
     """NumPy 2.1's np.cumulative_sum / np.cumulative_prod: axis may be omitted only for 1-D x;
     include_initial puts the identity first."""

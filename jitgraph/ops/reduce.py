@@ -76,7 +76,17 @@ def _reduce_select(g, out, x, axes):
     return expand(g, x.shape, axes) * hit / expand(sum(hit, axis=axes), x.shape, axes)
 
 
-_reduction("reduce_sum", np.sum, 0.0, "{0} + {1}", (lambda g, out, x, axes: expand(g, x.shape, axes),))
+def _sum(x, axis=None, keepdims=False):
+    """np.sum with float32 accumulated in float64, for the sum primitive's reference and for sums
+    of plain arrays in the eager reverse sweep. NumPy adds along a non-last axis one row at a
+    time: a float32 gradient summed over a broadcast (300, 400) axis pair came out 1.4e-3 off
+    (relative; a cancelling sum), 1.4e-6 this way (JAX: 2.2e-6)."""
+    x = np.asarray(x)
+    dtype = np.float64 if x.dtype == np.float32 else None
+    return np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+_reduction("reduce_sum", _sum, 0.0, "{0} + {1}", (lambda g, out, x, axes: expand(g, x.shape, axes),))
 _reduction("reduce_max", np.max, -np.inf, "max({0}, {1})", (_reduce_select,))
 _reduction("reduce_min", np.min, np.inf, "min({0}, {1})", (_reduce_select,))
 # prod / x_i is the product of the others; like autograd, this rule is exact only for

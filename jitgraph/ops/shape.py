@@ -8,10 +8,11 @@ written) is item assignment, `x[1:3] = v`.
 """
 import builtins
 import itertools
+import operator
 
 import numpy as np
 
-from ..core import Tensor, bind
+from ..core import EagerBox, Tensor, bind
 from ..errors import NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_to, cast, full_like, is_contiguous, no_out, norm_axes,
                          norm_axis, ones_like, reshape as _reshape, result_dtype, shape_of, transpose,
@@ -371,3 +372,103 @@ def ndim(x):
 def size(x, axis=None):
     s = shape_of(x)
     return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]
+
+
+# ---- dtype and kind queries ------------------------------------------------------------------------
+def _dtype_stand_in(x):
+    """What NumPy's dtype functions read of x: a traced value's dtype (a weak one's Python
+    scalar kind, NEP 50), anything else as it is."""
+    if isinstance(x, Tensor):
+        if x.weak:
+            return {"b": False, "i": 0, "u": 0}.get(x.dtype.kind, 0.0)
+        return x.dtype
+    return x
+
+
+@implements(np.result_type)
+def result_type(*arrays_and_dtypes):
+    return np.result_type(*[_dtype_stand_in(x) for x in arrays_and_dtypes])
+
+
+@implements(np.common_type)
+def common_type(*arrays):
+    return np.common_type(*[np.empty(0, x.dtype) if isinstance(x, Tensor) else x for x in arrays])
+
+
+@implements(np.can_cast)
+def can_cast(from_, to, casting="safe"):
+    return np.can_cast(from_.dtype if isinstance(from_, Tensor) else from_, to, casting)
+
+
+@implements(np.min_scalar_type)
+def min_scalar_type(a):
+    """np.min_scalar_type: an array's own dtype; a 0-d value's smallest dtype holding it, which
+    needs its value (known eagerly; refused as int() is of a traced value)."""
+    if len(shape_of(a)) or (isinstance(a, Tensor) and a.dtype.kind == "b"):
+        return a.dtype if isinstance(a, Tensor) else np.min_scalar_type(a)
+    while isinstance(a, EagerBox):
+        a = a.value
+    if isinstance(a, Tensor):
+        a._concrete("np.min_scalar_type")
+    return np.min_scalar_type(a)
+
+
+@implements(np.iscomplexobj)
+def iscomplexobj(x):
+    """False: traced values are real (complex dtypes are not supported)."""
+    return np.iscomplexobj(x) if not isinstance(x, Tensor) else False
+
+
+@implements(np.isrealobj)
+def isrealobj(x):
+    return np.isrealobj(x) if not isinstance(x, Tensor) else True
+
+
+@implements(np.iscomplex)
+def iscomplex(x):
+    """All false, of x's shape (traced values are real)."""
+    return np.zeros(tuple(shape_of(x)), bool)
+
+
+@implements(np.isreal)
+def isreal(x):
+    """All true, of x's shape (traced values are real)."""
+    return np.ones(tuple(shape_of(x)), bool)
+
+
+@implements(np.apply_over_axes)
+def apply_over_axes(func, a, axes):
+    """np.apply_over_axes: func(a, axis) for each axis in turn, keeping the number of dimensions
+    (a result with one fewer gets the axis back as length 1)."""
+    val = as_operand(a)
+    n = len(shape_of(val))
+    for axis in ((axes,) if np.ndim(axes) == 0 else axes):
+        axis = operator.index(axis)
+        res = func(val, axis + n if axis < 0 else axis)
+        if len(shape_of(res)) != len(shape_of(val)):
+            res = expand_dims(res, axis + n if axis < 0 else axis)
+            if len(shape_of(res)) != len(shape_of(val)):
+                raise ValueError("function is not returning an array of the correct shape")
+        val = res
+    return val
+
+
+# ---- printing ---------------------------------------------------------------------------------------
+def _printed(name, numpy_fn):
+    @implements(numpy_fn)
+    def f(a, *args, **kwargs):
+        """NumPy's text of the value when it is known (eagerly); a traced value's is its type and
+        shape (`Tracer<f64[3]>`), as str() gives."""
+        v = a
+        while isinstance(v, EagerBox):
+            v = v.value
+        if isinstance(v, Tensor):
+            return str(v)
+        return numpy_fn(np.asarray(v), *args, **kwargs)
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+array_str = _printed("array_str", np.array_str)
+array_repr = _printed("array_repr", np.array_repr)
+array2string = _printed("array2string", np.array2string)

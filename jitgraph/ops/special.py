@@ -565,6 +565,100 @@ def inv_boxcox1p(y, lmbda):
     return _composite(sc.inv_boxcox1p, _inv_boxcox1p, y, lmbda)
 
 
+# ---- gamma-function relatives, inverse erfc, and SciPy's spellings of NumPy functions ---------------------
+def _nonpositive_integer(x):
+    return ew.logical_and(ew.less_equal(x, 0.0), ew.equal(x, ew.floor(x)))
+
+
+def _gammasgn(x):
+    """The sign of Gamma(x): 1 for x > 0 (and 0), NaN at the negative integers (poles), else -1
+    where floor(x) is odd."""
+    fl = ew.floor(x)
+    negative = ew.where_(ew.equal(ew.remainder(fl, 2.0), 1.0), -1.0, 1.0)
+    at_pole = ew.where_(ew.equal(x, 0.0), 1.0, np.nan)
+    return ew.where_(ew.greater(x, 0.0), 1.0, ew.where_(ew.equal(x, fl), at_pole, negative))
+
+
+@implements(sc.gammasgn)
+def gammasgn(x):
+    """scipy.special.gammasgn: the sign of the gamma function (no gradient)."""
+    return _composite(sc.gammasgn, _gammasgn, x)
+
+
+def _rgamma(x):
+    pole = _nonpositive_integer(x)
+    safe = ew.where_(pole, 1.0, x)
+    return ew.where_(pole, 0.0, _gammasgn(safe) * ew.exp(-gammaln(safe)))
+
+
+@implements(sc.rgamma)
+def rgamma(x):
+    """scipy.special.rgamma: 1 / Gamma(x), sign(Gamma) exp(-gammaln(x)), 0 at the poles."""
+    return _composite(sc.rgamma, _rgamma, x)
+
+
+def _loggamma(x):
+    negative = ew.less(x, 0.0)
+    return ew.where_(negative, np.nan, gammaln(ew.where_(negative, 1.0, x)))
+
+
+@implements(sc.loggamma)
+def loggamma(x):
+    """scipy.special.loggamma of real x: gammaln for x >= 0, NaN for negative x (SciPy's real
+    loop; its complex values are not supported)."""
+    return _composite(sc.loggamma, _loggamma, x)
+
+
+def _beta(a, b):
+    at_pole = ew.logical_or(_nonpositive_integer(a), _nonpositive_integer(b))
+    a_, b_ = ew.where_(at_pole, 1.0, a), ew.where_(at_pole, 1.0, b)
+    sign = _gammasgn(a_) * _gammasgn(b_) * ew.where_(_nonpositive_integer(a_ + b_), 1.0, _gammasgn(a_ + b_))
+    return ew.where_(at_pole, np.inf, sign * ew.exp(betaln(a_, b_)))
+
+
+@implements(sc.beta)
+def beta(a, b):
+    """scipy.special.beta: sign * exp(betaln(a, b)) (relative error a few ulps times |betaln|)."""
+    return _composite(sc.beta, _beta, a, b)
+
+
+@implements(sc.erfcinv)
+def erfcinv(y):
+    """scipy.special.erfcinv(y) = -ndtri(y / 2) / sqrt(2), accurate for small y."""
+    return _composite(sc.erfcinv, lambda v: -ndtri(0.5 * v) * (1.0 / math.sqrt(2.0)), y)
+
+
+@implements(sc.cosm1)
+def cosm1(x):
+    """scipy.special.cosm1: cos(x) - 1 as -2 sin(x / 2)**2, accurate near 0."""
+    return _composite(sc.cosm1, lambda v: -2.0 * ew.square(ew.sin(0.5 * v)), x)
+
+
+@implements(sc.exp2)
+def exp2(x):
+    return _composite(sc.exp2, ew.exp2, x)
+
+
+@implements(sc.exp10)
+def exp10(x):
+    """scipy.special.exp10: 10**x."""
+    return _composite(sc.exp10, lambda v: ew.power(10.0, v), x)
+
+
+@implements(sc.cbrt)
+def cbrt(x):
+    return _composite(sc.cbrt, ew.cbrt, x)
+
+
+def factorial(n, exact=False, extend="zero"):
+    """scipy.special.factorial(n, exact=False): Gamma(n + 1), 0 for negative n, in float64."""
+    if exact or extend != "zero":
+        raise NotSupportedError(f"scipy.special.factorial(..., exact=True) or extend= of traced values is "
+                                f"not supported; exact=False is{where()}")
+    v = cast(as_operand(n), np.float64)           # (SciPy's result is float64 for every dtype)
+    return ew.where_(ew.less(v, 0.0), 0.0, gamma(v + 1.0))
+
+
 # ---- scipy.special's other ufuncs: refused by name ----------------------------------------------------
 def _refuse(name):
     def f(*args, **kwargs):
@@ -649,7 +743,7 @@ def multigammaln(a, d):
 
 
 TRACED_FUNCTIONS = {"logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
-                    "polygamma": polygamma, "multigammaln": multigammaln}
+                    "polygamma": polygamma, "multigammaln": multigammaln, "factorial": factorial}
 
 
 def has_tensor(args, kwargs=None):

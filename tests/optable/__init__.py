@@ -120,5 +120,5 @@ def _id(entry):
 
 # the rows, family by family (each module adds its entries when imported)
 for _family in ("elementwise", "reduce", "shape", "arrange", "index", "inplace", "products", "composite",
-                "control", "order", "linalg", "special"):
+                "control", "order", "linalg", "special", "sets"):
     importlib.import_module(f"{__name__}.{_family}")

@@ -96,3 +96,10 @@ nondiff("special-edges", lambda x: sc.erfinv(x * 3.0) + sc.logit(x * 2.0) + sc.g
 # (poles of gamma, p outside [0, 1], x = 0 and negative arguments of kl_div and rel_entr)
 nondiff("special-edges-2", lambda x: sc.gamma(np.round(x)) + sc.ndtri(x * 2.0) + sc.kl_div(np.round(x), x)
         + sc.rel_entr(x, np.round(x)) + sc.boxcox(np.abs(x), 0.0) + sc.inv_boxcox1p(x, 0.0), ((3, 4),))
+# gamma-function relatives and SciPy's spellings of NumPy functions, composed from the primitives above
+op("beta-rgamma-loggamma", lambda a, b: sc.beta(a * 2.0 + 2.5, b + 2.0) + sc.beta(a * 0.3 - 0.5, b * 0.2 + 1.3)
+   + sc.rgamma(a * 0.4 - 0.5) + sc.rgamma(b + 3.0) + sc.loggamma(b + 2.5) * sc.gammasgn(a * 0.4 - 0.5),
+   ((2, 3), (2, 3)), domain=("unit", "unit"))
+op("factorial", lambda x: sc.factorial(x * 2.0 + 2.5) + sc.factorial(x - 3.0), ((4,),), domain="unit")
+op("erfcinv-cosm1-exp10", lambda x: sc.erfcinv(x * 0.9 + 1.0) + sc.erfcinv(1e-12 + 0.0 * x) + sc.cosm1(x * 1e-3)
+   + sc.exp10(x) + sc.exp2(x) + sc.cbrt(x + 2.0), *UNARY_SHAPES, domain="unit")
