@@ -157,13 +157,15 @@ def test_multi_index_range_errors_of_known_values():
 @pytest.mark.parametrize("bins", [1, 4, 7, 10])
 def test_histogram_counts_and_edges_are_numpys(bins):
     rng = np.random.default_rng(bins)
-    f = jg.jit(lambda a: np.histogram(a, bins=bins), backend="python")
-    for a in (rng.normal(size=300), rng.integers(0, 7, 50), np.full(5, 2.0), rng.normal(size=99) * 1e-3 + 7):
-        h, e = f(a)
-        h2, e2 = np.histogram(a, bins=bins)
-        np.testing.assert_array_equal(h, h2)
-        np.testing.assert_array_equal(e, e2)
-        assert h.dtype == h2.dtype and e.dtype == e2.dtype
+    for rng_ in (None, (-1.0, 1.5)):
+        f = jg.jit(lambda a: np.histogram(a, bins=bins, range=rng_), backend="python")
+        for a in (rng.normal(size=300), rng.integers(0, 7, 50), np.full(5, 2.0), rng.normal(size=99) * 1e-3 + 7,
+                  rng.normal(size=200).astype(np.float32), np.linspace(-1.0, 1.5, 11)):
+            h, e = f(a)
+            h2, e2 = np.histogram(a, bins=bins, range=rng_)
+            np.testing.assert_array_equal(h, h2)
+            np.testing.assert_array_equal(e, e2)
+            assert h.dtype == h2.dtype and e.dtype == e2.dtype
 
 
 def test_histogram_refusals():

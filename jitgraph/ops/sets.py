@@ -287,7 +287,8 @@ def _edges(a, bins, rng, weights, name):
                 raise ValueError(f"supplied range of [{lo}, {hi}] is not finite")
             if lo == hi:
                 lo, hi = lo - 0.5, hi + 0.5
-            return np.linspace(lo, hi, n + 1, endpoint=True)
+            # (NumPy's edges have the data's floating dtype)
+            return np.linspace(lo, hi, n + 1, endpoint=True, dtype=a.dtype if a.dtype.kind == "f" else None)
         if not isinstance(a, Tensor):
             return np.histogram_bin_edges(a, n)
         if shape_of(a)[0] == 0:
