@@ -865,7 +865,7 @@ class EagerBox(Tensor):
         """A floating value turned into a Python number by the user's code (not jitgraph's or
         NumPy's): warn that the number carries no gradient (GradientCutWarning), once per line
         (Python's default filter). Control flow on it (`if x > 0`) is fine and says nothing."""
-        if np.asarray(self._value).dtype.kind not in "fc" or is_library_frame(sys._getframe(2)):
+        if np.asarray(self._value).dtype.kind not in "fc" or is_library_frame(sys._getframe(2), scipy=False):
             return
         warnings.warn(f"{how} of a recorded value that the gradient is taken through gives a Python "
                       "number: nothing computed from it gets a gradient from it (math.* functions call "
@@ -954,7 +954,8 @@ def _refuse_library_conversion():
     outer_wrapper = frames[-1] if "wrapper" in frames[-1].f_code.co_name else None
     wrapped = next((v for k, v in (outer_wrapper.f_locals.items() if outer_wrapper else ())
                     if k in ("f", "func", "fun", "function", "wrapped") and callable(v)), None)
-    if wrapped is not None and not getattr(wrapped, "__name__", "_").startswith("_"):
+    if wrapped is not None and not getattr(wrapped, "__name__", "_").startswith("_") \
+            and "." not in getattr(wrapped, "__qualname__", "."):        # (a function, not a method)
         module = getattr(wrapped, "__module__", None) or "scipy"
         name = f"{'.'.join(module.split('.')[:2])}.{wrapped.__name__}"
         raise NotSupportedError(f"{name} is not supported on traced values"

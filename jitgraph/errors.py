@@ -15,8 +15,8 @@ _PKG_DIRS = tuple(
 _NUMPY_DIR = os.path.dirname(os.path.abspath(__import__("numpy").__file__))
 # SciPy's functions call NumPy's on the user's traced values: an error names the user's call
 _SCIPY_SPEC = importlib.util.find_spec("scipy")
-_LIBRARY_DIRS = (_NUMPY_DIR,) + ((os.path.dirname(os.path.abspath(_SCIPY_SPEC.origin)) + os.sep,)
-                                 if _SCIPY_SPEC is not None and _SCIPY_SPEC.origin else ())
+_SCIPY_DIRS = ((os.path.dirname(os.path.abspath(_SCIPY_SPEC.origin)) + os.sep,)
+               if _SCIPY_SPEC is not None and _SCIPY_SPEC.origin else ())
 
 
 class JitgraphError(Exception):
@@ -48,18 +48,20 @@ class GradientCutWarning(RuntimeWarning):
     x.tolist(), math.sqrt(x)): what is computed from that number gets no gradient from it."""
 
 
-_LIBRARY_FILES = {}
+_LIBRARY_FILES = {}      # file name -> (jitgraph's or NumPy's, SciPy's)
 
 
-def is_library_frame(frame):
-    """Is this frame jitgraph's, NumPy's or SciPy's (not the user's code)?"""
+def is_library_frame(frame, scipy=True):
+    """Is this frame jitgraph's or NumPy's (or, with `scipy`, SciPy's): not the user's code?
+    Errors name the user's line past SciPy's frames too; a gradient cut inside SciPy's code
+    (its float() of a recorded value) is still the user's concern (scipy=False)."""
     name = frame.f_code.co_filename
     known = _LIBRARY_FILES.get(name)
     if known is None:
         fname = os.path.abspath(name)
-        known = _LIBRARY_FILES[name] = fname.startswith(_PKG_DIRS) or fname.startswith(_LIBRARY_DIRS) \
-            or fname.startswith("<__array_function__")
-    return known
+        ours = fname.startswith(_PKG_DIRS) or fname.startswith(_NUMPY_DIR) or fname.startswith("<__array_function__")
+        known = _LIBRARY_FILES[name] = (ours, fname.startswith(_SCIPY_DIRS))
+    return known[0] or (scipy and known[1])
 
 
 def _innermost_user_frame():

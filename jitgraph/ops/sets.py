@@ -428,6 +428,8 @@ def _order(order):
 def _check_range(idx, size, what):
     """Raise NumPy's ValueError where an index is outside [0, size): now for known values, else
     when the function runs (`api.run_checks`)."""
+    if not int(np.prod(shape_of(idx), dtype=np.int64)):
+        return
     known = _value(idx)
     if known is None:
         runtime_check(amin(idx), what + "_low", size)
