@@ -427,6 +427,11 @@ def run_checks(graph, flat):
         elif kind in ("unravel_low", "multi_index_low") and v < 0 or \
                 kind in ("unravel_high", "multi_index_high") and v >= info:
             raise ValueError(RANGE_MESSAGES[kind.rsplit("_", 1)[0]].format(index=v, size=info))
+        elif kind == "histogram_bins" and v < 0:
+            raise ValueError("`bins` must increase monotonically, when an array")
+        elif kind == "histogram_range" and not np.isfinite(v):
+            raise ValueError("autodetected range is not finite: the data hold NaN or infinities (or a "
+                             f"range too wide for {info} finite-sized bins)")
         elif kind == "bincount_bins" and v >= info:
             raise ValueError(f"np.bincount: the value {v} needs {v + 1} bins but the traced function "
                              f"makes minlength={info} (its result's size was fixed when tracing); pass a "

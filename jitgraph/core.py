@@ -533,6 +533,13 @@ class Tensor:
     def __pos__(self):
         return np.positive(self)
 
+    def __round__(self, ndigits=None):
+        """round(x): np.round; round(x) of a 0-d value is an integer, as of a NumPy scalar (an
+        array's round is an array of its dtype, as ndarray's)."""
+        if ndigits is None and not self.shape and self.dtype.kind == "f":
+            return np.round(self).astype(np.int64)
+        return np.round(self, 0 if ndigits is None else ndigits)
+
     def __abs__(self):
         return np.absolute(self)
 

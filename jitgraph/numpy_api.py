@@ -173,8 +173,9 @@ def elementwise(op, *xs, dtype=None, float_result=False):
 
 def no_out(out, name):
     if out is not None:
-        raise NotSupportedError(f"{name} with a positional out argument is not supported; pass "
-                                f"out= by keyword{where()}")
+        raise NotSupportedError(f"{name} with this out= is not supported: out= takes an array the traced "
+                                f"function made, by keyword (not one made outside it, which it would "
+                                f"change, nor out given by position); or use the result{where()}")
 
 
 # ---- axes -------------------------------------------------------------------------------

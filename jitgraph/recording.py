@@ -40,7 +40,7 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_installed = {"count": 0, "originals": {}, "random makers": []}
+_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": []}
 
 
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
@@ -196,6 +196,30 @@ def _vectorize_call(self, *args, **kwargs):
     return _VECTORIZE_CALL(self, *args, **kwargs)
 
 
+# np.polynomial's *val(x, c, tensor=True) read a multidimensional c against every x only for an
+# ndarray x (`isinstance(x, np.ndarray)`): for a recorded x the wrapper reshapes c as NumPy's code
+# would, then calls NumPy's function with tensor=False.
+_POLYNOMIAL_VALS = (("polynomial", "polyval"), ("chebyshev", "chebval"), ("legendre", "legval"),
+                    ("laguerre", "lagval"), ("hermite", "hermval"), ("hermite_e", "hermeval"))
+
+
+def _tensor_val(original):
+    def val(x, c, tensor=True):
+        if tensor and tensors(x):
+            x = as_operand(x)
+            c = as_operand(c) if tensors(c) else np.array(c, ndmin=1, copy=None)
+            if len(shape_of(c)) > 1:
+                return original(x, reshape(c, tuple(shape_of(c)) + (1,) * len(shape_of(x))), tensor=False)
+        return original(x, c, tensor=tensor)
+    val.__wrapped__ = original
+    return val
+
+
+def _polynomial_patches():
+    import numpy.polynomial as P
+    return [(getattr(P, module), name) for module, name in _POLYNOMIAL_VALS]
+
+
 # A generator made without a seed while a graph is traced draws numbers the compiled function
 # would repeat on every call (a trace reads no generator state that lowering.py could watch):
 # refused. Eagerly, and seeded, generators are fine.
@@ -255,6 +279,10 @@ def recording():
                 setattr(np, name, replacement)
             _AS_STRIDED.__code__ = _as_strided_hook.__code__
             np.vectorize.__call__ = _vectorize_call
+            for module, name in _polynomial_patches():
+                original = getattr(module, name)
+                _installed["polynomial"].append((module, name, original))
+                setattr(module, name, _tensor_val(original))
             for module, spelled, name in _RANDOM_MAKERS:
                 _installed["random makers"].append((module, name, getattr(module, name)))
                 setattr(module, name, _unseeded_refused(spelled, name, getattr(module, name)))
@@ -271,6 +299,9 @@ def recording():
                     setattr(np, name, original)
                 _AS_STRIDED.__code__ = _AS_STRIDED_CODE
                 np.vectorize.__call__ = _VECTORIZE_CALL
+                for module, name, original in _installed["polynomial"]:
+                    setattr(module, name, original)
+                _installed["polynomial"].clear()
                 for module, name, original in _installed["random makers"]:
                     setattr(module, name, original)
                 _installed["random makers"].clear()

@@ -299,3 +299,57 @@ def test_scipy_function_imported_before_jitgraph_is_named():
     with pytest.raises(jg.NotSupportedError, match=r"scipy.linalg.solve_triangular is not supported on "
                                                    r"traced values; .*called through the module"):
         jg.value_and_grad(lambda L, b: np.sum(original(L, b, lower=True)))(np.eye(3) * 2, np.ones(3))
+
+
+def test_numpy_polynomial_multidimensional_coefficients():
+    c2 = np.arange(6.0).reshape(3, 2) - 2.0
+    c3 = np.arange(12.0).reshape(2, 3, 2) / 7.0
+    y = np.array([0.1, -0.7, 0.4])
+    cases = [lambda x: np.polynomial.polynomial.polyval(x, c2),        # tensor=True: every x per column
+             lambda x: np.polynomial.chebyshev.chebval2d(x, y, c2),
+             lambda x: np.polynomial.legendre.legval3d(x, y, x * 2, c3),
+             lambda x: np.polynomial.hermite_e.hermegrid2d(x, y, c2)]
+    x = np.array([0.5, 2.0, -0.3])
+    for f in cases:
+        np.testing.assert_allclose(jg.jit(f, backend="python")(x), f(x), rtol=1e-14)
+        _, g = jg.value_and_grad(lambda x: np.sum(f(x) ** 2))(x)
+        np.testing.assert_allclose(g, _fd(lambda x: np.sum(f(x) ** 2), x), rtol=1e-6)
+
+
+def test_edge_cases_of_the_new_functions_match_numpy_and_scipy():
+    import scipy.special as sc
+    a, b = np.array([-2.0, -1, -3, 1, 0.5, 0.0]), np.array([1.0, 1, 2, -2, 1.5, 1.0])
+    np.testing.assert_allclose(jg.jit(sc.beta, backend="python")(a, b), sc.beta(a, b), rtol=1e-13)
+    z = np.array([-0.0, np.nan, 0.0, -1.0, -1.5])
+    np.testing.assert_array_equal(jg.jit(sc.gammasgn, backend="python")(z), sc.gammasgn(z))
+    run = lambda f, *args: jg.jit(f, backend="python")(*args)
+    x = np.array([0.2, 1.7, 2.5])
+    for f in (lambda x: np.histogram(x, bins=[1.0]), lambda x: np.histogram2d(x, x, bins=[3, np.array([0, 1.5, 3])]),
+              lambda x: np.histogramdd(x.astype(np.float32)[:, None], bins=2, range=[(0, 3)])):
+        for r, e in zip(run(f, x), f(x)):
+            for ri, ei in zip(r if isinstance(r, list) else [r], e if isinstance(e, list) else [e]):
+                np.testing.assert_array_equal(ri, ei)
+                assert np.asarray(ri).dtype == np.asarray(ei).dtype
+    with pytest.raises(ValueError, match="autodetected range is not finite"):
+        run(lambda x: np.histogram(x, bins=3)[0], np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match="must increase monotonically"):
+        run(lambda x, e: np.histogram(x, bins=e)[0], x, np.array([0.0, 2.0, 1.0]))
+    np.testing.assert_array_equal(run(lambda i: np.stack(np.unravel_index(i, (3, 4))), np.array([True])), [[0], [1]])
+    np.testing.assert_array_equal(jg.jit(lambda b: np.polymul([0.0, 0.0, 1.0, 2.0], b), backend="python")(x),
+                                  np.polymul([0.0, 0.0, 1.0, 2.0], x))
+    assert jg.value_and_grad(lambda x: np.sum(np.intersect1d(x.astype(np.int8), x)) * 1.0)(x)[0] == \
+        np.sum(np.intersect1d(x.astype(np.int8), x))
+    seen = []
+    jg.value_and_grad(lambda x: seen.append(np.unique_values(np.array([3, 0, 2, 1, 3]) * x[0])) or np.sum(x))(x)
+    np.testing.assert_array_equal(getattr(seen[0], "value", seen[0]), np.unique_values(np.array([3, 0, 2, 1, 3]) * x[0]))
+
+    def pm(a, v):
+        a = a * 1
+        np.putmask(a, a > 1, v)
+        return a
+    with pytest.raises(TypeError, match="Cannot cast array data from dtype\\('float64'\\) to dtype\\('int64'\\)"):
+        run(pm, np.arange(5), np.array([1.7, 2.2]))
+    np.testing.assert_array_equal(run(pm, np.arange(5), 7), pm(np.arange(5), 7))
+    v, g = jg.value_and_grad(lambda x: np.sum(round(x[1]) * x))(x)       # round(): an integer, as NumPy's
+    assert v == 2 * np.sum(x) and list(g) == [2.0, 2.0, 2.0]
+    assert run(lambda x: np.vectorize(round)(x), x).dtype == np.vectorize(round)(x).dtype

@@ -18,7 +18,7 @@ from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_
                          result_dtype, shape_of, view_of)
 from .elementwise import (absolute, add, divide, equal, greater, less, logical_and, logical_not, multiply,
                           remainder, subtract, to_bool, where_)
-from .index import getitem, setitem
+from .index import _known, getitem, setitem
 from .linalg import lstsq
 from .order import cumsum, diff, searchsorted
 from .reduce import sum as _sum
@@ -458,16 +458,32 @@ def polysub(a1, a2):
     return subtract(a1, a2)
 
 
+def _trimmed(p, name):
+    """p without its leading zeros (np.poly1d's coefficients; [0] for none), where its values
+    are known; traced coefficients are taken as they are (their leading one nonzero)."""
+    p = _poly1d(p, name)
+    if not shape_of(p)[0]:
+        return as_operand(np.zeros(1, np.result_type(p.dtype, np.float64)))
+    known = _known(p)
+    if known is None:
+        return p
+    nz = np.flatnonzero(known)
+    if nz.size == 0:
+        return cast(as_operand(np.zeros(1)), np.result_type(p.dtype, np.float64) if p.dtype == bool else p.dtype)
+    return getitem(p, (slice(int(nz[0]), None),)) if nz[0] else p
+
+
 @implements(np.polymul)
 def polymul(a1, a2):
-    """np.polymul: the convolution of the coefficient arrays."""
-    return convolve(_poly1d(a1, "np.polymul"), _poly1d(a2, "np.polymul"))
+    """np.polymul: the convolution of the coefficient arrays, leading zeros dropped first (as
+    np.poly1d drops them; of traced coefficients, the leading one is taken as nonzero)."""
+    return convolve(_trimmed(a1, "np.polymul"), _trimmed(a2, "np.polymul"))
 
 
 @implements(np.polyder)
 def polyder(p, m=1):
     """np.polyder: the m-th derivative's coefficients (a constant's derivative is empty, as NumPy's)."""
-    m = operator.index(m)
+    m = int(m)
     if m < 0:
         raise ValueError("Order of derivative must be positive (see polyint)")
     p = as_operand(p)
@@ -480,7 +496,7 @@ def polyder(p, m=1):
 @implements(np.polyint)
 def polyint(p, m=1, k=None):
     """np.polyint: the m-th antiderivative's coefficients, with integration constants k."""
-    m = operator.index(m)
+    m = int(m)
     if m < 0:
         raise ValueError("Order of integral must be positive (see polyder)")
     k = np.zeros(m, float) if k is None else k
@@ -502,9 +518,11 @@ def poly(seq_of_zeros):
     of the factors (x - r) by convolution; differentiable in the roots."""
     z = as_operand(seq_of_zeros)
     z = reshape(z, (1,)) if _ndim(z) == 0 else z
-    if _ndim(z) != 1:
+    if _ndim(z) == 2 and shape_of(z)[0] == shape_of(z)[1] and shape_of(z)[0]:
         raise NotSupportedError(f"np.poly of a matrix needs its eigenvalues, complex in general, which "
                                 f"are not supported{where()}")
+    if _ndim(z) != 1:
+        raise ValueError("input must be 1d or non-empty square 2d array.")
     z = cast(z, np.float32 if z.dtype == np.float32 else np.float64)
     n = shape_of(z)[0]
     if n == 0:

@@ -669,6 +669,17 @@ def copyto(dst, src, casting="same_kind", where=True):
 _where = where
 
 
+def _check_safe_cast(values, dtype):
+    """np.putmask's and np.place's rule: an array of values casts safely (Python scalars are
+    NumPy's to convert)."""
+    if isinstance(values, (bool, int, float)):
+        return
+    vdt = as_operand(values).dtype
+    if not np.can_cast(vdt, dtype, "safe"):
+        raise TypeError(f"Cannot cast array data from {vdt!r} to {np.dtype(dtype)!r} according to the rule "
+                        f"'safe'{_where()}")
+
+
 @implements(np.putmask)
 def putmask(a, mask, values):
     """np.putmask: a's elements where mask is true take values[n % len(values)], n their flat
@@ -678,6 +689,7 @@ def putmask(a, mask, values):
     mask = as_operand(mask)
     if int(np.prod(shape_of(mask), dtype=np.int64)) != size:
         raise ValueError(f"putmask: mask and data must be the same size{_where()}")
+    _check_safe_cast(values, a.dtype)
     v = ravel(as_operand(values))
     n = shape_of(v)[0]
     if n == 0:
@@ -693,6 +705,7 @@ def place(arr, mask, vals):
     """np.place: the k-th element of arr where mask is true takes vals[k % len(vals)] (a scatter at
     known positions, or, for a traced mask, np.where with the running count of its truths)."""
     _require_tensor(arr, "np.place")
+    _check_safe_cast(vals, arr.dtype)
     size = int(np.prod(arr.shape, dtype=np.int64))
     if int(np.prod(shape_of(mask), dtype=np.int64)) != size:
         raise ValueError(f"place: mask and data must be the same size{_where()}")

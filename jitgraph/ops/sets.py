@@ -56,7 +56,11 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
     first; a binary search in them (or in the sorted traced ones) answers each element."""
     if kind not in (None, "sort", "table"):
         raise ValueError(f"Invalid kind: '{kind}'. Please use None or 'sort' or 'table'.")
+    if kind == "table" and builtins.any(as_operand(v).dtype.kind not in "biu" for v in (element, test_elements)):
+        raise ValueError("The 'table' method is only supported for boolean or integer arrays. Please "
+                         "select 'sort' or None for kind.")
     x = as_operand(element)
+    test_elements = as_operand(test_elements) if isinstance(test_elements, (list, tuple)) else test_elements
     test = _value(test_elements)
     if test is None:
         t = ravel(as_operand(test_elements))
@@ -91,7 +95,7 @@ def _values_now(name, *xs):
     """The values of the arrays xs, known now; a traced one is refused with what to do instead."""
     out = []
     for x in xs:
-        v = _value(x)
+        v = _value(as_operand(x) if isinstance(x, (list, tuple)) else x)
         if v is None:
             raise NotSupportedError(f"{name} of a traced value: {_SIZE_HELP}{where()}")
         out.append(v)
@@ -113,6 +117,10 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     axis=None, each distinct value's first occurrence; with an axis, the first of each
     distinct slice), so eager gradients reach them."""
     (v,) = _values_now("np.unique", ar)
+    ar = as_operand(ar) if isinstance(ar, (list, tuple)) else ar
+    if not sorted and axis is None and not (return_index or return_inverse or return_counts):
+        values = np.unique(v, equal_nan=equal_nan, sorted=False)      # (NumPy's order: unsorted)
+        return _read(ar, _positions_in(v.reshape(-1), values))
     res = np.unique(v, return_index=True, return_inverse=return_inverse, return_counts=return_counts,
                     axis=axis, equal_nan=equal_nan)
     first = res[1]
@@ -131,7 +139,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
 
 @implements(np.unique_values)
 def unique_values(x):
-    return unique(x, equal_nan=False)
+    return unique(x, equal_nan=False, sorted=False)
 
 
 @implements(np.unique_counts)
@@ -162,9 +170,14 @@ def _positions_in(v, values):
 def intersect1d(ar1, ar2, assume_unique=False, return_indices=False):
     """np.intersect1d of values known now; the values are read from ar1."""
     v1, v2 = _values_now("np.intersect1d", ar1, ar2)
+    dt = np.result_type(v1.dtype, v2.dtype)
+    if not return_indices:
+        common = np.intersect1d(v1, v2, assume_unique=assume_unique)
+        both = np.concatenate([v1.reshape(-1), v2.reshape(-1)])
+        flat = concatenate([ravel(cast(as_operand(ar1), dt)), ravel(cast(as_operand(ar2), dt))])
+        return _read(flat, _positions_in(both.astype(dt), common))
     common, i1, i2 = np.intersect1d(v1, v2, assume_unique=assume_unique, return_indices=True)
-    values = _read(ar1, i1)
-    return (values, i1, i2) if return_indices else values
+    return cast(_read(ar1, i1), dt), i1, i2
 
 
 @implements(np.union1d)
@@ -263,9 +276,16 @@ def lexsort(keys, axis=-1):
 
 
 # ---- histograms --------------------------------------------------------------------------------
-def _edges(a, bins, rng, weights, name):
-    """The bin edges of one dimension of data `a` (flat): a traced or known 1-d array."""
+_ESTIMATORS = ("auto", "fd", "doane", "scott", "stone", "rice", "sturges", "sqrt")
+
+
+def _edges(a, bins, rng, weights, name, range_dtype=True):
+    """The bin edges of one dimension of data `a` (flat): a traced or known 1-d array. Edges
+    from a range have the data's floating dtype (np.histogram's) or, without `range_dtype`,
+    float64 (np.histogramdd's)."""
     if isinstance(bins, str):
+        if bins not in _ESTIMATORS:
+            raise ValueError(f"{bins!r} is not a valid estimator for `bins`")
         v = _value(a)
         w = None if weights is None else _value(weights)
         if v is None or (weights is not None and w is None):
@@ -287,8 +307,9 @@ def _edges(a, bins, rng, weights, name):
                 raise ValueError(f"supplied range of [{lo}, {hi}] is not finite")
             if lo == hi:
                 lo, hi = lo - 0.5, hi + 0.5
-            # (NumPy's edges have the data's floating dtype)
-            return np.linspace(lo, hi, n + 1, endpoint=True, dtype=a.dtype if a.dtype.kind == "f" else None)
+            # (np.histogram's edges have the data's floating dtype)
+            dtype = a.dtype if range_dtype and a.dtype.kind == "f" else None
+            return np.linspace(lo, hi, n + 1, endpoint=True, dtype=dtype)
         if not isinstance(a, Tensor):
             return np.histogram_bin_edges(a, n)
         if shape_of(a)[0] == 0:
@@ -298,6 +319,10 @@ def _edges(a, bins, rng, weights, name):
             raise ValueError(f"autodetected range of [{v.min()}, {v.max()}] is not finite")
         dt = np.result_type(a.dtype, np.float64) if a.dtype.kind != "f" else a.dtype
         lo, hi = cast(amin(a), dt), cast(amax(a), dt)
+        if v is not None and not np.isfinite(np.asarray(v.max(), dt) - np.asarray(v.min(), dt)):
+            raise ValueError(f"Too many bins for data range. Cannot create {n} finite-sized bins.")
+        # NaN or an infinity in the data (a range NumPy refuses): raised when the function runs
+        runtime_check(subtract(hi, lo), "histogram_range", n)
         same = equal(lo, hi)
         lo, hi = where_(same, subtract(lo, 0.5), lo), where_(same, add(hi, 0.5), hi)
         # np.linspace's formula, i * step + lo with its last point exactly hi: NumPy's edges
@@ -306,18 +331,21 @@ def _edges(a, bins, rng, weights, name):
         last = np.zeros(n + 1, bool)
         last[-1] = True
         return where_(last, hi, edges)
-    edges = bins if isinstance(bins, Tensor) else np.asarray(bins)
+    edges = as_operand(bins)
     if len(shape_of(edges)) != 1:
         raise ValueError("`bins` must be 1d, when an array")
     known = _value(edges)
     if known is not None and np.any(known[:-1] > known[1:]):
         raise ValueError("`bins` must increase monotonically, when an array")
+    if known is None and shape_of(edges)[0] > 1:       # traced edges: checked when the function runs
+        runtime_check(amin(subtract(getitem(edges, (slice(1, None),)), getitem(edges, (slice(None, -1),)))),
+                      "histogram_bins", None)
     return edges
 
 
 def _bin_index(x, edges):
     """(bin of each value of x, whether it falls in the edges' range): NumPy's rule, each bin
-    closed on the left and the last one closed on both sides."""
+    closed on the left and the last one closed on both sides. At least one bin."""
     n = shape_of(edges)[0] - 1
     dt = np.result_type(x.dtype, edges.dtype)
     x, edges = cast(x, dt), cast(edges if isinstance(edges, Tensor) else as_operand(edges), dt)
@@ -357,6 +385,9 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
         raise ValueError("weights should have the same shape as a.")
     edges = as_operand(_edges(flat, bins, range, weights, "np.histogram"))
     n = shape_of(edges)[0] - 1
+    if n <= 0:          # one edge (or none): no bins
+        dt = np.dtype(np.intp) if weights is None else as_operand(weights).dtype
+        return np.zeros(0, np.float64 if density else dt), edges
     idx, inside = _bin_index(flat, edges)
     hist = _counts(idx, inside, weights, n)
     if density:
@@ -388,7 +419,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
     ranges = [None] * dims if range is None else list(range)
     edges, flat_bin, inside, sizes = [], None, None, []
     for d in builtins.range(dims):
-        e = as_operand(_edges(cols[d], per_dim[d], ranges[d], None, "np.histogramdd"))
+        e = as_operand(_edges(cols[d], per_dim[d], ranges[d], None, "np.histogramdd", range_dtype=False))
         idx, ok = _bin_index(cols[d], e)
         n = shape_of(e)[0] - 1
         flat_bin = idx if flat_bin is None else add(multiply(flat_bin, n), idx)
@@ -412,8 +443,12 @@ def histogram2d(x, y, bins=10, range=None, density=None, weights=None):
     """np.histogram2d: np.histogramdd of the pairs (x, y); returns (H, xedges, yedges)."""
     if len(shape_of(x)) != 1 or tuple(shape_of(x)) != tuple(shape_of(y)):
         raise ValueError("x and y must be 1-d arrays of one length")
-    if not isinstance(bins, Tensor) and np.ndim(bins) == 1 and len(bins) != 2:
-        bins = [bins, bins]       # one array of edges for both axes
+    try:
+        count = len(bins)
+    except TypeError:
+        count = 1
+    if count not in (1, 2):
+        bins = [bins, bins]       # one array of edges for both axes (NumPy's rule)
     hist, edges = histogramdd([x, y], bins, range, density, weights)
     return hist, edges[0], edges[1]
 
@@ -450,7 +485,7 @@ def unravel_index(indices, shape, order="C"):
     remainder; an index outside the array raises NumPy's ValueError when the function runs."""
     shape = tuple(operator.index(d) for d in (shape if np.ndim(shape) else (shape,)))
     idx = as_operand(indices)
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "biu":
         raise TypeError("only int indices permitted")
     idx = cast(idx, INDEX)
     size = int(np.prod(shape, dtype=np.int64))
@@ -473,6 +508,8 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
     coords = [as_operand(c) for c in multi_index]
     if len(coords) != len(dims):
         raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
+    if builtins.any(d == 0 for d in dims):
+        raise ValueError("cannot unravel if shape has zero entries (is empty).")
     modes = [mode] * len(dims) if isinstance(mode, str) else list(mode)
     if len(modes) != len(dims):
         raise ValueError("mode must be a string or a sequence of one per dimension")

@@ -575,8 +575,9 @@ def _gammasgn(x):
     where floor(x) is odd."""
     fl = ew.floor(x)
     negative = ew.where_(ew.equal(ew.remainder(fl, 2.0), 1.0), -1.0, 1.0)
-    at_pole = ew.where_(ew.equal(x, 0.0), 1.0, np.nan)
-    return ew.where_(ew.greater(x, 0.0), 1.0, ew.where_(ew.equal(x, fl), at_pole, negative))
+    at_pole = ew.where_(ew.equal(x, 0.0), ew.where_(ew.signbit(x), -1.0, 1.0), np.nan)
+    sign = ew.where_(ew.greater(x, 0.0), 1.0, ew.where_(ew.equal(x, fl), at_pole, negative))
+    return ew.where_(ew.isnan(x), x, sign)
 
 
 @implements(sc.gammasgn)
@@ -610,10 +611,26 @@ def loggamma(x):
 
 
 def _beta(a, b):
-    at_pole = ew.logical_or(_nonpositive_integer(a), _nonpositive_integer(b))
+    """SciPy's: Gamma(a) Gamma(b) / Gamma(a + b) as sign * exp(betaln); where a is a pole (a
+    non-positive integer) and b an integer with 1 - a - b > 0, the poles cancel:
+    (-1)^b B(1 - a - b, b) (and with a and b swapped); at other poles inf."""
+    def cancelling(p, q):
+        return ew.logical_and(_nonpositive_integer(p), ew.logical_and(ew.equal(q, ew.floor(q)),
+                                                                     ew.greater(1.0 - p - q, 0.0)))
+
+    def regular(p, q):
+        sign = _gammasgn(p) * _gammasgn(q) * ew.where_(_nonpositive_integer(p + q), 1.0, _gammasgn(p + q))
+        return sign * ew.exp(betaln(p, q))
+
+    a_pole, b_pole = _nonpositive_integer(a), _nonpositive_integer(b)
+    at_pole = ew.logical_or(a_pole, b_pole)
     a_, b_ = ew.where_(at_pole, 1.0, a), ew.where_(at_pole, 1.0, b)
-    sign = _gammasgn(a_) * _gammasgn(b_) * ew.where_(_nonpositive_integer(a_ + b_), 1.0, _gammasgn(a_ + b_))
-    return ew.where_(at_pole, np.inf, sign * ew.exp(betaln(a_, b_)))
+    # the cancelling poles: p the pole, q the integer; (-1)^q B(1 - p - q, q), both arguments >= 1
+    p, q = ew.where_(a_pole, a, b), ew.where_(a_pole, b, a)
+    cancel = cancelling(p, q)
+    p_, q_ = ew.where_(cancel, 1.0 - p - q, 1.0), ew.where_(cancel, q, 1.0)
+    reflected = ew.where_(ew.equal(ew.remainder(q_, 2.0), 1.0), -1.0, 1.0) * regular(p_, q_)
+    return ew.where_(at_pole, ew.where_(cancel, reflected, np.inf), regular(a_, b_))
 
 
 @implements(sc.beta)
@@ -655,7 +672,10 @@ def factorial(n, exact=False, extend="zero"):
     if exact or extend != "zero":
         raise NotSupportedError(f"scipy.special.factorial(..., exact=True) or extend= of traced values is "
                                 f"not supported; exact=False is{where()}")
-    v = cast(as_operand(n), np.float64)           # (SciPy's result is float64 for every dtype)
+    n = as_operand(n)
+    if n.dtype == bool:
+        raise ValueError("Unsupported data type for `n` in factorial: bool")
+    v = cast(n, np.float64)           # (SciPy's result is float64 for every dtype)
     return ew.where_(ew.less(v, 0.0), 0.0, gamma(v + 1.0))
 
 
