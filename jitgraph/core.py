@@ -875,8 +875,9 @@ class EagerBox(Tensor):
         if np.asarray(self._value).dtype.kind not in "fc" or is_library_frame(sys._getframe(2), scipy=False):
             return
         warnings.warn(f"{how} of a recorded value that the gradient is taken through gives a Python "
-                      "number: nothing computed from it gets a gradient from it (math.* functions call "
-                      "float() too); use NumPy operations on the value to keep its gradient",
+                      "number: nothing computed from it gets a gradient from it (a math function imported "
+                      "by name calls float() too); use NumPy operations, or math.f(...) called through "
+                      "the module, to keep its gradient",
                       GradientCutWarning, stacklevel=3)
 
     @property

@@ -13,6 +13,7 @@ mean` before the recording keep NumPy's functions.
 """
 import builtins
 import contextlib
+import math
 import os
 import sys
 import sysconfig
@@ -21,8 +22,8 @@ import types
 
 import numpy as np
 
-from .buffers import Buffer, tensors
-from .core import is_tracing
+from .buffers import Buffer, tensors, unwrap
+from .core import EagerBox, is_tracing
 from .errors import NotSupportedError, TracingError, is_library_frame, where
 from .numpy_api import as_operand, cast, result_dtype, shape_of
 from .ops.arrange import as_strided
@@ -40,7 +41,7 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": []}
+_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": [], "math": []}
 
 
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
@@ -220,6 +221,65 @@ def _polynomial_patches():
     return [(getattr(P, module), name) for module, name in _POLYNOMIAL_VALS]
 
 
+# math's functions of a recorded value (one element) from the user's code: NumPy's, so the result
+# stays recorded (traced: a value, where float() would fail; eagerly: a gradient, where float()
+# would cut it). Each gives a 0-d value; Python's ValueError for a domain error (math.sqrt(-1)) is
+# raised where the value is known (eagerly).
+def _math_functions():
+    import scipy.special as sc
+    unary = {"exp": np.exp, "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2, "log10": np.log10,
+             "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
+             "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+             "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "fabs": np.fabs,
+             "erf": sc.erf, "erfc": sc.erfc, "gamma": sc.gamma, "lgamma": sc.gammaln, "cbrt": np.cbrt,
+             "exp2": np.exp2}
+    binary = {"atan2": np.arctan2, "pow": np.power, "copysign": np.copysign, "fmod": np.fmod,
+              "hypot": np.hypot}
+    out = {name: (lambda f: lambda x: f(_as_float(x)))(f) for name, f in unary.items()}
+    out.update({name: (lambda f: lambda x, y: f(_as_float(x), _as_float(y)))(f) for name, f in binary.items()})
+    out["log"] = lambda x, base=None: (np.log(_as_float(x)) if base is None
+                                       else np.log(_as_float(x)) / np.log(_as_float(base)))
+    return {name: fn for name, fn in out.items() if hasattr(math, name)}
+
+
+def _as_float(x):
+    """x as math's functions take it: one element, as float64."""
+    x = as_operand(unwrap(x))
+    if int(np.prod(shape_of(x), dtype=np.int64)) != 1:
+        raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+    return cast(reshape(x, ()), np.float64)
+
+
+_POLES = ("log", "log2", "log10", "log1p", "atanh", "gamma", "lgamma")    # math: ValueError, not overflow
+
+
+def _value_now(x):
+    """x's value as a float64 array when known now (eagerly, or not recorded), else None."""
+    x = unwrap(x)
+    while isinstance(x, EagerBox):
+        x = x.value
+    if tensors(x):
+        return None
+    return np.asarray(x, dtype=np.float64)
+
+
+def _math_function(name, original, numpy_form):
+    def call(*args):
+        if not (tensors(args) and _from_user()):
+            return original(*args)
+        with np.errstate(all="ignore"):
+            result = numpy_form(*args)
+        values = [_value_now(a) for a in args + (result,)]
+        if builtins.all(v is not None for v in values) and builtins.all(np.isfinite(v).all() for v in values[:-1]):
+            if np.isnan(values[-1]).any() or (np.isinf(values[-1]).any() and name in _POLES):
+                raise ValueError("math domain error")
+            if np.isinf(values[-1]).any():
+                raise OverflowError("math range error")
+        return result
+    call.__wrapped__ = original
+    return call
+
+
 # A generator made without a seed while a graph is traced draws numbers the compiled function
 # would repeat on every call (a trace reads no generator state that lowering.py could watch):
 # refused. Eagerly, and seeded, generators are fine.
@@ -279,6 +339,9 @@ def recording():
                 setattr(np, name, replacement)
             _AS_STRIDED.__code__ = _as_strided_hook.__code__
             np.vectorize.__call__ = _vectorize_call
+            for name, numpy_form in _math_functions().items():
+                _installed["math"].append((name, getattr(math, name)))
+                setattr(math, name, _math_function(name, getattr(math, name), numpy_form))
             for module, name in _polynomial_patches():
                 original = getattr(module, name)
                 _installed["polynomial"].append((module, name, original))
@@ -299,6 +362,9 @@ def recording():
                     setattr(np, name, original)
                 _AS_STRIDED.__code__ = _AS_STRIDED_CODE
                 np.vectorize.__call__ = _VECTORIZE_CALL
+                for name, original in _installed["math"]:
+                    setattr(math, name, original)
+                _installed["math"].clear()
                 for module, name, original in _installed["polynomial"]:
                     setattr(module, name, original)
                 _installed["polynomial"].clear()
