@@ -540,6 +540,22 @@ class Tensor:
             return np.round(self).astype(np.int64)
         return np.round(self, 0 if ndigits is None else ndigits)
 
+    def __floor__(self):
+        """math.floor(x) of a one-element value: an integer (0-d), as of a NumPy scalar."""
+        return self._integral(np.floor)
+
+    def __ceil__(self):
+        return self._integral(np.ceil)
+
+    def __trunc__(self):
+        return self._integral(np.trunc)
+
+    def _integral(self, rounding):
+        if int(np.prod(self.shape, dtype=np.int64)) != 1:
+            raise TypeError("only length-1 arrays can be converted to Python scalars")
+        x = self.reshape(())
+        return rounding(x).astype(np.int64) if self.dtype.kind == "f" else x.astype(np.int64)
+
     def __abs__(self):
         return np.absolute(self)
 

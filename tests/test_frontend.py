@@ -887,3 +887,14 @@ def test_math_functions_of_recorded_values_run_as_numpy():
         v, g = jg.value_and_grad(lambda x: python_sqrt(x[0]) * np.sum(x))(x)
     assert g.tolist() == [python_sqrt(0.3)] * 3
     assert math.sqrt(4.0) == 2.0 and math.sqrt.__module__ == "math"       # Python's again
+
+
+def test_math_floor_ceil_trunc_of_recorded_values():
+    import math
+    f = lambda x: np.sum(x * math.floor(x[0])) + math.ceil(x[1]) * x[2] + math.trunc(-x[1]) * 1.0
+    x = np.array([1.5, 2.2, -0.7])
+    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
+        v, g = run(x)
+        assert v == f(x) and g.tolist() == [1.0, 1.0, 4.0]
+    with pytest.raises(TypeError, match="length-1"):
+        jg.value_and_grad(lambda x: math.floor(x) * 1.0)(x)
