@@ -13,6 +13,7 @@ mean` before the recording keep NumPy's functions.
 """
 import builtins
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -41,7 +42,7 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": [], "math": []}
+_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": [], "math": [], "submodules": []}
 
 
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
@@ -225,6 +226,7 @@ def _polynomial_patches():
 # stays recorded (traced: a value, where float() would fail; eagerly: a gradient, where float()
 # would cut it). Each gives a 0-d value; Python's ValueError for a domain error (math.sqrt(-1)) is
 # raised where the value is known (eagerly).
+@functools.lru_cache(maxsize=None)
 def _math_functions():
     import scipy.special as sc
     unary = {"exp": np.exp, "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2, "log10": np.log10,
@@ -328,6 +330,21 @@ def _make_patches():
     return out
 
 
+_SUBMODULE_PATCHES = []
+
+
+def _submodule_patches():
+    """(module, name, replacement) for np.linalg's and np.fft's functions jitgraph implements, list
+    aware as the numpy module's are (np.linalg.det([[a, b], [c, d]]) of recorded values)."""
+    if not _SUBMODULE_PATCHES:
+        for module in (np.linalg, np.fft):
+            for name in dir(module):
+                obj = getattr(module, name, None)
+                if callable(obj) and not isinstance(obj, (type, np.ufunc)) and obj in FUNCTIONS:
+                    _SUBMODULE_PATCHES.append((module, name, _list_aware(FUNCTIONS[obj], obj)))
+    return _SUBMODULE_PATCHES
+
+
 @contextlib.contextmanager
 def recording():
     """Marks the code inside as recorded in this thread, with NumPy's entry points that no
@@ -337,6 +354,9 @@ def recording():
             for name, replacement in _patches():
                 _installed["originals"][name] = getattr(np, name)
                 setattr(np, name, replacement)
+            for module, name, replacement in _submodule_patches():
+                _installed["submodules"].append((module, name, getattr(module, name)))
+                setattr(module, name, replacement)
             _AS_STRIDED.__code__ = _as_strided_hook.__code__
             np.vectorize.__call__ = _vectorize_call
             for name, numpy_form in _math_functions().items():
@@ -360,6 +380,9 @@ def recording():
             if _installed["count"] == 0:
                 for name, original in _installed["originals"].items():
                     setattr(np, name, original)
+                for module, name, original in _installed["submodules"]:
+                    setattr(module, name, original)
+                _installed["submodules"].clear()
                 _AS_STRIDED.__code__ = _AS_STRIDED_CODE
                 np.vectorize.__call__ = _VECTORIZE_CALL
                 for name, original in _installed["math"]:

@@ -898,3 +898,15 @@ def test_math_floor_ceil_trunc_of_recorded_values():
         assert v == f(x) and g.tolist() == [1.0, 1.0, 4.0]
     with pytest.raises(TypeError, match="length-1"):
         jg.value_and_grad(lambda x: math.floor(x) * 1.0)(x)
+
+
+def test_lists_of_recorded_values_in_linalg_and_fft_functions():
+    f = lambda x: (np.linalg.det([[x[0], x[1]], [x[2], 1.0]]) + np.fft.fft([x[0], x[1]]).real.sum()
+                   + np.linalg.inv([[x[0], 0.5], [x[1], 2.0]]).sum())
+    x = np.array([1.0, 2.0, 3.0])
+    want = [(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(3) * 1e-6]
+    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
+        v, g = run(x)
+        assert v == pytest.approx(f(x), rel=1e-14)
+        np.testing.assert_allclose(g, want, rtol=1e-7)
+    assert np.linalg.det.__module__ == "numpy.linalg" and np.fft.fft.__module__ == "numpy.fft"   # NumPy's again
