@@ -862,6 +862,15 @@ def test_eager_conversions_to_python_numbers_warn_that_the_gradient_is_cut():
     np.testing.assert_allclose(g, [8.0, 8.0, 8.0])
 
 
+def _check_against_differences(f, x, rel):
+    """Value (to `rel`) and gradient (against central differences) eagerly and traced."""
+    want = [(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(len(x)) * 1e-6]
+    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
+        v, g = run(x)
+        assert v == pytest.approx(f(x), rel=rel)
+        np.testing.assert_allclose(g, want, rtol=1e-7)
+
+
 def test_math_functions_of_recorded_values_run_as_numpy():
     """math.exp(x[0]) & co. from the user's code: a recorded 0-d value (eagerly the gradient
     flows, traced it traces); Python's errors where the value is known; a name imported from
@@ -874,11 +883,7 @@ def test_math_functions_of_recorded_values_run_as_numpy():
                 + math.lgamma(x[2]) + math.pow(x[1], 1.5) + math.tanh(x[0])) * np.sum(x)
 
     x = np.array([0.3, 1.7, 2.2])
-    want = [(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(3) * 1e-6]
-    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
-        v, g = run(x)
-        assert v == pytest.approx(f(x), rel=1e-13)
-        np.testing.assert_allclose(g, want, rtol=1e-7)
+    _check_against_differences(f, x, rel=1e-13)
     for bad, error in ((lambda x: math.sqrt(x[0] - 1.0), ValueError), (lambda x: math.log(x[0] - x[0]), ValueError),
                        (lambda x: math.exp(x[0] * 1e4), OverflowError), (lambda x: math.sqrt(x), TypeError)):
         with pytest.raises(error):
@@ -903,10 +908,5 @@ def test_math_floor_ceil_trunc_of_recorded_values():
 def test_lists_of_recorded_values_in_linalg_and_fft_functions():
     f = lambda x: (np.linalg.det([[x[0], x[1]], [x[2], 1.0]]) + np.fft.fft([x[0], x[1]]).real.sum()
                    + np.linalg.inv([[x[0], 0.5], [x[1], 2.0]]).sum())
-    x = np.array([1.0, 2.0, 3.0])
-    want = [(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(3) * 1e-6]
-    for run in (jg.value_and_grad(f), jg.jit_grad(f, backend="python")):
-        v, g = run(x)
-        assert v == pytest.approx(f(x), rel=1e-14)
-        np.testing.assert_allclose(g, want, rtol=1e-7)
+    _check_against_differences(f, np.array([1.0, 2.0, 3.0]), rel=1e-14)
     assert np.linalg.det.__module__ == "numpy.linalg" and np.fft.fft.__module__ == "numpy.fft"   # NumPy's again
