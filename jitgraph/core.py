@@ -999,6 +999,19 @@ def _refuse_library_conversion():
     raise NotSupportedError(f"{name} is not supported on traced values{hint}{at}")
 
 
+def known_value(t):
+    """The value of t when it is known now: a value recorded eagerly, a traced constant (a mask
+    made of constants, folded when tracing), or anything not traced (as an array); None for any
+    other traced value."""
+    while isinstance(t, EagerBox):
+        t = t.value
+    if isinstance(t, Tensor):
+        node = getattr(t, "node", None)
+        value = None if node is None else _const_value(node, getattr(t._trace, "opaque", ()))
+        return None if value is None else np.asarray(value)
+    return np.asarray(t)
+
+
 def unbox(x, trace):
     """The value under `trace`'s boxes (leaves other values alone)."""
     if isinstance(x, EagerBox) and x._trace is trace:

@@ -13,7 +13,6 @@ mean` before the recording keep NumPy's functions.
 """
 import builtins
 import contextlib
-import functools
 import math
 import os
 import sys
@@ -24,7 +23,7 @@ import types
 import numpy as np
 
 from .buffers import Buffer, tensors, unwrap
-from .core import EagerBox, is_tracing
+from .core import is_tracing, known_value
 from .errors import NotSupportedError, TracingError, is_library_frame, where
 from .numpy_api import as_operand, cast, result_dtype, shape_of
 from .ops.arrange import as_strided
@@ -42,7 +41,7 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_installed = {"count": 0, "originals": {}, "random makers": [], "polynomial": [], "math": [], "submodules": []}
+_installed = {"count": 0, "originals": []}       # (object, attribute, what it held), in patch order
 
 
 _INSTALLED = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
@@ -219,15 +218,15 @@ def _tensor_val(original):
 
 def _polynomial_patches():
     import numpy.polynomial as P
-    return [(getattr(P, module), name) for module, name in _POLYNOMIAL_VALS]
+    return [(getattr(P, module), name, _tensor_val(getattr(getattr(P, module), name)))
+            for module, name in _POLYNOMIAL_VALS]
 
 
 # math's functions of a recorded value (one element) from the user's code: NumPy's, so the result
 # stays recorded (traced: a value, where float() would fail; eagerly: a gradient, where float()
 # would cut it). Each gives a 0-d value; Python's ValueError for a domain error (math.sqrt(-1)) is
 # raised where the value is known (eagerly).
-@functools.lru_cache(maxsize=None)
-def _math_functions():
+def _math_patches():
     import scipy.special as sc
     unary = {"exp": np.exp, "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2, "log10": np.log10,
              "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
@@ -241,7 +240,8 @@ def _math_functions():
     out.update({name: (lambda f: lambda x, y: f(_as_float(x), _as_float(y)))(f) for name, f in binary.items()})
     out["log"] = lambda x, base=None: (np.log(_as_float(x)) if base is None
                                        else np.log(_as_float(x)) / np.log(_as_float(base)))
-    return {name: fn for name, fn in out.items() if hasattr(math, name)}
+    return [(math, name, _math_function(name, getattr(math, name), fn))
+            for name, fn in out.items() if hasattr(math, name)]
 
 
 def _as_float(x):
@@ -255,23 +255,13 @@ def _as_float(x):
 _POLES = ("log", "log2", "log10", "log1p", "atanh", "gamma", "lgamma")    # math: ValueError, not overflow
 
 
-def _value_now(x):
-    """x's value as a float64 array when known now (eagerly, or not recorded), else None."""
-    x = unwrap(x)
-    while isinstance(x, EagerBox):
-        x = x.value
-    if tensors(x):
-        return None
-    return np.asarray(x, dtype=np.float64)
-
-
 def _math_function(name, original, numpy_form):
     def call(*args):
         if not (tensors(args) and _from_user()):
             return original(*args)
         with np.errstate(all="ignore"):
             result = numpy_form(*args)
-        values = [_value_now(a) for a in args + (result,)]
+        values = [known_value(unwrap(a)) for a in args + (result,)]       # (None for a traced one)
         if builtins.all(v is not None for v in values) and builtins.all(np.isfinite(v).all() for v in values[:-1]):
             if np.isnan(values[-1]).any() or (np.isinf(values[-1]).any() and name in _POLES):
                 raise ValueError("math domain error")
@@ -311,64 +301,44 @@ _PATCHES = []
 
 
 def _patches():
-    """(name, replacement) for each patched attribute of the numpy module (made once)."""
+    """(object, attribute, replacement) for everything patched while recording (made once, while
+    nothing is patched)."""
     if not _PATCHES:
         _PATCHES.extend(_make_patches())
     return _PATCHES
 
 
 def _make_patches():
-    out = [(name, _creator(name, getattr(np, name))) for name in _CREATORS]
-    out += [(name, _constructor(name, getattr(np, name), copy)) for name, copy in
+    out = [(np, name, _creator(name, getattr(np, name))) for name in _CREATORS]
+    out += [(np, name, _constructor(name, getattr(np, name), copy)) for name, copy in
             (("array", True), ("asarray", False), ("asanyarray", False), ("ascontiguousarray", False))]
-    out += [("r_", _Concatenator(np.r_, 0, 1, -1)), ("c_", _Concatenator(np.c_, -1, 2, 0))]
-    taken = {name for name, _ in out}
-    for name in dir(np):
-        obj = getattr(np, name, None)
-        if name not in taken and callable(obj) and not isinstance(obj, (type, np.ufunc)) and obj in FUNCTIONS:
-            out.append((name, _list_aware(FUNCTIONS[obj], obj)))
+    out += [(np, "r_", _Concatenator(np.r_, 0, 1, -1)), (np, "c_", _Concatenator(np.c_, -1, 2, 0))]
+    taken = {name for _, name, _ in out}
+    # the functions jitgraph implements, list aware; np.linalg's and np.fft's too
+    # (np.linalg.det([[a, b], [c, d]]) of recorded values)
+    for module in (np, np.linalg, np.fft):
+        for name in dir(module):
+            obj = getattr(module, name, None)
+            if (module is not np or name not in taken) and callable(obj) \
+                    and not isinstance(obj, (type, np.ufunc)) and obj in FUNCTIONS:
+                out.append((module, name, _list_aware(FUNCTIONS[obj], obj)))
+    out += [(_AS_STRIDED, "__code__", _as_strided_hook.__code__), (np.vectorize, "__call__", _vectorize_call)]
+    out += _math_patches() + _polynomial_patches()
+    out += [(module, name, _unseeded_refused(spelled, name, getattr(module, name)))
+            for module, spelled, name in _RANDOM_MAKERS]
     return out
-
-
-_SUBMODULE_PATCHES = []
-
-
-def _submodule_patches():
-    """(module, name, replacement) for np.linalg's and np.fft's functions jitgraph implements, list
-    aware as the numpy module's are (np.linalg.det([[a, b], [c, d]]) of recorded values)."""
-    if not _SUBMODULE_PATCHES:
-        for module in (np.linalg, np.fft):
-            for name in dir(module):
-                obj = getattr(module, name, None)
-                if callable(obj) and not isinstance(obj, (type, np.ufunc)) and obj in FUNCTIONS:
-                    _SUBMODULE_PATCHES.append((module, name, _list_aware(FUNCTIONS[obj], obj)))
-    return _SUBMODULE_PATCHES
 
 
 @contextlib.contextmanager
 def recording():
-    """Marks the code inside as recorded in this thread, with NumPy's entry points that no
-    protocol reaches replaced (in the numpy module, while any thread records)."""
+    """Marks the code inside as recorded in this thread, with the entry points that no protocol
+    reaches replaced (in numpy, np.linalg, np.fft, np.polynomial and math, while any thread
+    records)."""
     with _lock:
         if _installed["count"] == 0:
-            for name, replacement in _patches():
-                _installed["originals"][name] = getattr(np, name)
-                setattr(np, name, replacement)
-            for module, name, replacement in _submodule_patches():
-                _installed["submodules"].append((module, name, getattr(module, name)))
-                setattr(module, name, replacement)
-            _AS_STRIDED.__code__ = _as_strided_hook.__code__
-            np.vectorize.__call__ = _vectorize_call
-            for name, numpy_form in _math_functions().items():
-                _installed["math"].append((name, getattr(math, name)))
-                setattr(math, name, _math_function(name, getattr(math, name), numpy_form))
-            for module, name in _polynomial_patches():
-                original = getattr(module, name)
-                _installed["polynomial"].append((module, name, original))
-                setattr(module, name, _tensor_val(original))
-            for module, spelled, name in _RANDOM_MAKERS:
-                _installed["random makers"].append((module, name, getattr(module, name)))
-                setattr(module, name, _unseeded_refused(spelled, name, getattr(module, name)))
+            for obj, attr, replacement in _patches():
+                _installed["originals"].append((obj, attr, getattr(obj, attr)))
+                setattr(obj, attr, replacement)
         _installed["count"] += 1
     _state.depth += 1
     try:
@@ -378,20 +348,6 @@ def recording():
         with _lock:
             _installed["count"] -= 1
             if _installed["count"] == 0:
-                for name, original in _installed["originals"].items():
-                    setattr(np, name, original)
-                for module, name, original in _installed["submodules"]:
-                    setattr(module, name, original)
-                _installed["submodules"].clear()
-                _AS_STRIDED.__code__ = _AS_STRIDED_CODE
-                np.vectorize.__call__ = _VECTORIZE_CALL
-                for name, original in _installed["math"]:
-                    setattr(math, name, original)
-                _installed["math"].clear()
-                for module, name, original in _installed["polynomial"]:
-                    setattr(module, name, original)
-                _installed["polynomial"].clear()
-                for module, name, original in _installed["random makers"]:
-                    setattr(module, name, original)
-                _installed["random makers"].clear()
+                for obj, attr, original in reversed(_installed["originals"]):
+                    setattr(obj, attr, original)
                 _installed["originals"].clear()

@@ -12,13 +12,13 @@ import operator
 
 import numpy as np
 
-from ..core import Tensor
+from ..core import Tensor, known_value
 from ..errors import NotSupportedError, TracingError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, full_like, lift, norm_axis,
                          result_dtype, shape_of, view_of)
 from .elementwise import (absolute, add, divide, equal, greater, less, logical_and, logical_not, multiply,
                           remainder, subtract, to_bool, where_)
-from .index import _known, getitem, setitem
+from .index import getitem, setitem
 from .linalg import lstsq
 from .order import cumsum, diff, searchsorted
 from .reduce import sum as _sum
@@ -464,7 +464,7 @@ def _trimmed(p, name):
     p = _poly1d(p, name)
     if not shape_of(p)[0]:
         return as_operand(np.zeros(1, np.result_type(p.dtype, np.float64)))
-    known = _known(p)
+    known = known_value(p)
     if known is None:
         return p
     nz = np.flatnonzero(known)

@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from ..buffers import unwrap
-from ..core import EagerBox, Tensor, _const_value, bind
+from ..core import EagerBox, Tensor, bind, known_value
 from ..errors import STATIC_HINT, NotSupportedError, ShapeError, where
 from ..numpy_api import (as_operand, broadcast_shapes, broadcast_to, cast, lift, no_out, norm_axis,
                          reshape, runtime_check, shape_of, transpose, view_of, write_into,
@@ -141,23 +141,11 @@ class _Mask:
         self.mask = mask
 
 
-def _known(t):
-    """The concrete value of a Tensor recorded eagerly, or of a traced constant (a mask made
-    of constants, folded when tracing); None for any other traced one."""
-    while isinstance(t, EagerBox):
-        t = t.value
-    if isinstance(t, Tensor):
-        node = getattr(t, "node", None)
-        value = None if node is None else _const_value(node, getattr(t._trace, "opaque", ()))
-        return None if value is None else np.asarray(value)
-    return np.asarray(t)
-
-
 def _index_array(k):
     """An index item that is an array: ('arr', integer array) or a mask (ndarray or _Mask)."""
     if isinstance(k, Tensor):
         if k.dtype == bool:
-            value = _known(k)
+            value = known_value(k)
             return _Mask(k) if value is None else value
         if k.dtype.kind not in "iu":
             raise IndexError(f"arrays used as indices must be of integer (or boolean) type, not "
@@ -419,8 +407,8 @@ def _advanced(y, items):
 def _normalized(idx, n, dim):
     """Index array idx for an axis of size n with negative entries counted from the end, and
     its bounds checked (now if it is known, else when the function runs)."""
-    if not isinstance(idx, Tensor) or _known(idx) is not None:
-        a = np.asarray(_known(idx) if isinstance(idx, Tensor) else idx)
+    if not isinstance(idx, Tensor) or known_value(idx) is not None:
+        a = np.asarray(known_value(idx) if isinstance(idx, Tensor) else idx)
         bad = (a < -n) | (a >= n)
         if bad.any():
             raise IndexError(f"index {a[bad].reshape(-1)[0]} is out of bounds for axis {dim} with "
@@ -600,7 +588,7 @@ def bincount(x, weights=None, minlength=0):
     Integers known while tracing make max(x) + 1 bins (at least `minlength`), as NumPy's;
     integers known only when the function runs make `minlength` bins, and run-time checks
     raise where NumPy's result would have more. A scatter-add: its gradient gathers."""
-    known = _known(x) if isinstance(x, Tensor) else np.asarray(x)
+    known = known_value(x) if isinstance(x, Tensor) else np.asarray(x)
     if known is None:
         minlength = operator.index(minlength)
         if minlength <= 0:
@@ -711,7 +699,7 @@ def place(arr, mask, vals):
         raise ValueError(f"place: mask and data must be the same size{_where()}")
     v = ravel(as_operand(vals))
     n = shape_of(v)[0]
-    known = _known(mask)
+    known = known_value(mask)
     if known is not None:
         positions = np.flatnonzero(known)
         if positions.size == 0:

@@ -22,25 +22,16 @@ import operator
 
 import numpy as np
 
-from ..core import Tensor, bind
+from ..core import Tensor, bind, known_value
 from ..errors import NotSupportedError, where
 from ..numpy_api import as_operand, broadcast_shapes, broadcast_to, cast, runtime_check, shape_of
 from .elementwise import (add, divide, equal, floor_divide, greater_equal, less_equal, logical_and,
                           logical_not, maximum, minimum, multiply, remainder, subtract, where_)
-from .index import _known, getitem
-from .order import INDEX, _argsort, _take_along, any as _any, searchsorted, sort
+from .index import getitem
+from .order import INDEX, _argsort, _take_along, any as _any, diff, searchsorted, sort
 from .reduce import amax, amin, sum as _sum
 from .registry import implements
 from .shape import concatenate, ravel, reshape
-
-
-def _traced(*xs):
-    return builtins.any(isinstance(x, Tensor) for x in xs)
-
-
-def _value(x):
-    """x's value when it is known now (eagerly, or a constant while tracing), else None."""
-    return _known(x) if isinstance(x, Tensor) else np.asarray(x)
 
 
 # ---- membership --------------------------------------------------------------------------------
@@ -61,7 +52,7 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
                          "select 'sort' or None for kind.")
     x = as_operand(element)
     test_elements = as_operand(test_elements) if isinstance(test_elements, (list, tuple)) else test_elements
-    test = _value(test_elements)
+    test = known_value(test_elements)
     if test is None:
         t = ravel(as_operand(test_elements))
     else:
@@ -95,7 +86,7 @@ def _values_now(name, *xs):
     """The values of the arrays xs, known now; a traced one is refused with what to do instead."""
     out = []
     for x in xs:
-        v = _value(as_operand(x) if isinstance(x, (list, tuple)) else x)
+        v = known_value(as_operand(x) if isinstance(x, (list, tuple)) else x)
         if v is None:
             raise NotSupportedError(f"{name} of a traced value: {_SIZE_HELP}{where()}")
         out.append(v)
@@ -286,8 +277,8 @@ def _edges(a, bins, rng, weights, name, range_dtype=True):
     if isinstance(bins, str):
         if bins not in _ESTIMATORS:
             raise ValueError(f"{bins!r} is not a valid estimator for `bins`")
-        v = _value(a)
-        w = None if weights is None else _value(weights)
+        v = known_value(a)
+        w = None if weights is None else known_value(weights)
         if v is None or (weights is not None and w is None):
             raise NotSupportedError(f"{name} with bins={bins!r} of a traced value: the number of bins "
                                     f"depends on the data; pass a number of bins or the edges{where()}")
@@ -314,7 +305,7 @@ def _edges(a, bins, rng, weights, name, range_dtype=True):
             return np.histogram_bin_edges(a, n)
         if shape_of(a)[0] == 0:
             return np.linspace(0.0, 1.0, n + 1)
-        v = _value(a)
+        v = known_value(a)
         if v is not None and not np.all(np.isfinite(v[[v.argmin(), v.argmax()]])):
             raise ValueError(f"autodetected range of [{v.min()}, {v.max()}] is not finite")
         dt = np.result_type(a.dtype, np.float64) if a.dtype.kind != "f" else a.dtype
@@ -334,12 +325,11 @@ def _edges(a, bins, rng, weights, name, range_dtype=True):
     edges = as_operand(bins)
     if len(shape_of(edges)) != 1:
         raise ValueError("`bins` must be 1d, when an array")
-    known = _value(edges)
+    known = known_value(edges)
     if known is not None and np.any(known[:-1] > known[1:]):
         raise ValueError("`bins` must increase monotonically, when an array")
     if known is None and shape_of(edges)[0] > 1:       # traced edges: checked when the function runs
-        runtime_check(amin(subtract(getitem(edges, (slice(1, None),)), getitem(edges, (slice(None, -1),)))),
-                      "histogram_bins", None)
+        runtime_check(amin(diff(edges)), "histogram_bins", None)
     return edges
 
 
@@ -391,9 +381,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     idx, inside = _bin_index(flat, edges)
     hist = _counts(idx, inside, weights, n)
     if density:
-        widths = subtract(getitem(edges, (slice(1, None),)), getitem(edges, (slice(None, -1),)))
         hist = cast(hist, np.result_type(hist.dtype, np.float64))
-        hist = divide(divide(hist, _sum(hist)), cast(widths, hist.dtype))
+        hist = divide(divide(hist, _sum(hist)), cast(diff(edges), hist.dtype))
     return hist, edges
 
 
@@ -433,8 +422,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
     if density:
         hist = divide(hist, _sum(hist))
         for d, e in enumerate(edges):
-            w = subtract(getitem(e, (slice(1, None),)), getitem(e, (slice(None, -1),)))
-            hist = divide(hist, reshape(cast(w, np.float64), (1,) * d + (-1,) + (1,) * (dims - d - 1)))
+            hist = divide(hist, reshape(cast(diff(e), np.float64), (1,) * d + (-1,) + (1,) * (dims - d - 1)))
     return hist, edges
 
 
@@ -465,11 +453,11 @@ def _check_range(idx, size, what):
     when the function runs (`api.run_checks`)."""
     if not int(np.prod(shape_of(idx), dtype=np.int64)):
         return
-    known = _value(idx)
+    known = known_value(idx)
     if known is None:
         runtime_check(amin(idx), what + "_low", size)
         runtime_check(amax(idx), what + "_high", size)
-    elif known.size and (known.min() < 0 or known.max() >= size):
+    elif known.min() < 0 or known.max() >= size:
         bad = known.min() if known.min() < 0 else known.max()
         raise ValueError(RANGE_MESSAGES[what].format(index=bad, size=size))
 

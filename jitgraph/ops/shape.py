@@ -12,9 +12,9 @@ import operator
 
 import numpy as np
 
-from ..core import EagerBox, Tensor, bind
+from ..core import Tensor, bind, known_value
 from ..errors import NotSupportedError, ShapeError, where
-from ..numpy_api import (as_operand, broadcast_to, cast, full_like, is_contiguous, no_out, norm_axes,
+from ..numpy_api import (_weak_proxy, as_operand, broadcast_to, cast, full_like, is_contiguous, no_out, norm_axes,
                          norm_axis, ones_like, reshape as _reshape, result_dtype, shape_of, transpose,
                          view_of, zeros_like)
 from .reduce import sum
@@ -379,9 +379,7 @@ def _dtype_stand_in(x):
     """What NumPy's dtype functions read of x: a traced value's dtype (a weak one's Python
     scalar kind, NEP 50), anything else as it is."""
     if isinstance(x, Tensor):
-        if x.weak:
-            return {"b": False, "i": 0, "u": 0}.get(x.dtype.kind, 0.0)
-        return x.dtype
+        return _weak_proxy(x) if x.weak else x.dtype
     return x
 
 
@@ -406,11 +404,10 @@ def min_scalar_type(a):
     needs its value (known eagerly; refused as int() is of a traced value)."""
     if len(shape_of(a)) or (isinstance(a, Tensor) and a.dtype.kind == "b"):
         return a.dtype if isinstance(a, Tensor) else np.min_scalar_type(a)
-    while isinstance(a, EagerBox):
-        a = a.value
-    if isinstance(a, Tensor):
+    value = known_value(a)
+    if value is None:
         a._concrete("np.min_scalar_type")
-    return np.min_scalar_type(a)
+    return np.min_scalar_type(value)
 
 
 @implements(np.iscomplexobj)
@@ -457,14 +454,10 @@ def apply_over_axes(func, a, axes):
 def _printed(name, numpy_fn):
     @implements(numpy_fn)
     def f(a, *args, **kwargs):
-        """NumPy's text of the value when it is known (eagerly); a traced value's is its type and
-        shape (`Tracer<f64[3]>`), as str() gives."""
-        v = a
-        while isinstance(v, EagerBox):
-            v = v.value
-        if isinstance(v, Tensor):
-            return str(v)
-        return numpy_fn(np.asarray(v), *args, **kwargs)
+        """NumPy's text of the value when it is known (eagerly, or a constant); a traced value's
+        is its type and shape (`Tracer<f64[3]>`), as str() gives."""
+        value = known_value(a)
+        return str(a) if value is None else numpy_fn(value, *args, **kwargs)
     f.__name__ = f.__qualname__ = name
     return f
 

@@ -24,8 +24,9 @@ import numpy as np
 from ..buffers import unwrap
 from ..core import Tracer, bind
 from ..errors import NotSupportedError, TracingError, where
-from ..signature import rng_states
+from ..interpreter import run_graph
 from ..numpy_api import as_operand, broadcast_shapes, broadcast_to, cast, reshape, shape_of
+from ..signature import rng_states
 from .control import scan, trace_subgraph
 from .registry import PRIMS
 
@@ -150,31 +151,28 @@ def _elementwise_body(call, pyfunc, elements, shape, name, traced):
                                f"numbers on every call. Draw them outside and pass them as an argument, "
                                f"or use the eager jg.value_and_grad")
         return None
-    n_explicit = len(elements)
-    full = [broadcast_to(e, shape) for e in elements]
-    env = {}
-    batched = set()
-    for node in graph.nodes:
-        if node.op == "input":
-            k = node.p["index"]
-            env[node.id] = full[k] if k < n_explicit else captured[k - n_explicit]
-            if k < n_explicit:
-                batched.add(node.id)
-            continue
-        if node.op == "const":
-            env[node.id] = node.value
-            continue
-        ins = [env[i.id] for i in node.inputs]
+    # the graph's nodes applied to the whole arrays: a node reading an element is computed for
+    # every element (its other operands broadcast), the others (constants, captured values) once
+    batched = {n.id for n in graph.inputs[:len(elements)]}
+
+    def apply(node, xs):
         if builtins.any(i.id in batched for i in node.inputs):
             if PRIMS[node.op].kind != "elementwise":
-                return None
-            ins = [v if i.id in batched else broadcast_to(as_operand(v), shape)
-                   for i, v in zip(node.inputs, ins)]
+                raise _NotElementwise
+            xs = [v if i.id in batched else broadcast_to(as_operand(v), shape) for i, v in zip(node.inputs, xs)]
             batched.add(node.id)
-        env[node.id] = bind(node.op, *ins, **node.p)
-    outs = [env[n.id] if n.id in batched else broadcast_to(as_operand(env[n.id]), shape)
-            for n in graph.outputs]
+        return bind(node.op, *xs, **node.p)
+
+    try:
+        outs = run_graph(graph, [broadcast_to(e, shape) for e in elements] + list(captured), apply)
+    except _NotElementwise:
+        return None
+    outs = [v if n.id in batched else broadcast_to(as_operand(v), shape) for n, v in zip(graph.outputs, outs)]
     return outs, tree.kind == "tuple"
+
+
+class _NotElementwise(Exception):
+    """A node reading an element is not elementwise: the function runs per element."""
 
 
 def _mapped(call, flat, size, name):
