@@ -44,11 +44,13 @@ def _flops(node):
     return int(node.inputs[0].size)
 
 
-def _reduction(name, fn, identity, combine, vjp):
+def _reduction(name, fn, identity, combine, vjp, plain=None):
+    """`fn`: the primitive's reference (NumPy's function); `plain`: what sums plain arrays in the
+    front end (`reduce`), fn unless given."""
     register(name, "reduce", _reduce_abs,
              lambda x, axes: np.asarray(fn(x, axis=axes)).astype(np.asarray(x).dtype), vjp,
              flops=_flops)
-    REDUCTIONS[name] = Reduction(fn, identity, combine)
+    REDUCTIONS[name] = Reduction(plain or fn, identity, combine)
 
 
 def identity(op, dtype):
@@ -77,16 +79,18 @@ def _reduce_select(g, out, x, axes):
 
 
 def _sum(x, axis=None, keepdims=False):
-    """np.sum with float32 accumulated in float64, for the sum primitive's reference and for sums
-    of plain arrays in the eager reverse sweep. NumPy adds along a non-last axis one row at a
-    time: a float32 gradient summed over a broadcast (300, 400) axis pair came out 1.4e-3 off
-    (relative; a cancelling sum), 1.4e-6 this way (JAX: 2.2e-6)."""
+    """np.sum with float32 accumulated in float64, for sums of plain arrays in the front end: the
+    eager reverse sweep's. NumPy adds along a non-last axis one row at a time: a float32 gradient
+    summed over a broadcast (300, 400) axis pair came out 1.4e-3 off (relative; a cancelling
+    sum), 1.4e-6 this way (JAX: 2.2e-6). The primitive's reference stays NumPy's sum (the
+    interpreter computes NumPy's values)."""
     x = np.asarray(x)
     dtype = np.float64 if x.dtype == np.float32 else None
     return np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
 
 
-_reduction("reduce_sum", _sum, 0.0, "{0} + {1}", (lambda g, out, x, axes: expand(g, x.shape, axes),))
+_reduction("reduce_sum", np.sum, 0.0, "{0} + {1}", (lambda g, out, x, axes: expand(g, x.shape, axes),),
+           plain=_sum)
 _reduction("reduce_max", np.max, -np.inf, "max({0}, {1})", (_reduce_select,))
 _reduction("reduce_min", np.min, np.inf, "min({0}, {1})", (_reduce_select,))
 # prod / x_i is the product of the others; like autograd, this rule is exact only for
