@@ -508,3 +508,44 @@ def test_weight_gradients_of_a_scan_are_one_product_after_it():
     xs = rng.standard_normal((7, 9))
     assert_close(h2(W)[1], fd_grad(lambda t: np.sum(jg.grad(vector_state)(t, xs) ** 2), W, eps=1e-5),
                  rtol=1e-5, atol=1e-7)
+
+
+def test_scan_weight_gradient_factors_are_read_where_they_are_stacked():
+    """A factor of a weight's per-step cotangent that the reverse loop has stacked already (a
+    data sequence x_t of x_t @ Wx, a stored history h_{t-1}) is read there, not stored again,
+    and a transposed factor (h^T of h @ W, h^T of W @ h) is transposed by the one product
+    after the loop, not copied per step: the reverse body has no transpose and no weight-shaped
+    product. Wx (3 x 16) is factored although its factors x_t and dz_t (8 x 3, 8 x 16) are
+    larger than it: x_t is stacked already."""
+    rng = np.random.default_rng(13)
+
+    def rows(Wx, Wh, xs):
+        def cell(h, x):
+            h = np.tanh(x @ Wx + h @ Wh)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros((xs.shape[1], Wh.shape[0])), xs)
+        return np.sum(hs ** 2)
+
+    def columns(Wx, Wh, xs):                 # states as columns: dW = dz h^T
+        def cell(h, x):
+            h = np.tanh(Wx.T @ x + Wh @ h)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros((Wh.shape[0], xs.shape[2])), xs)
+        return np.sum(np.sin(hs))
+
+    Wx, Wh = 0.5 * rng.standard_normal((3, 16)), 0.3 * rng.standard_normal((16, 16))
+    for fun, xs in ((rows, rng.standard_normal((6, 8, 3))), (columns, rng.standard_normal((6, 3, 8)))):
+        f = jg.jit_grad(fun, argnums=(0, 1), backend="python")
+        graph = f.lower(Wx, Wh, xs).graph
+        bwd = max((n for n in graph.nodes if n.op == "scan"), key=lambda n: n.p["reverse"])
+        body = bwd.p["body"]
+        assert not [n for n in body.nodes if n.op == "transpose"], str(body)
+        assert not [n for n in body.nodes if n.op == "matmul" and n.shape in (Wx.shape, Wh.shape)], str(body)
+        assert all(s not in (Wx.shape, Wh.shape) for s, _ in bwd.p["out_avals"][:bwd.p["n_carry"]])
+        v, (gx, gh) = f(Wx, Wh, xs)
+        v_ref, (gx_ref, gh_ref) = jg.value_and_grad(fun, argnums=(0, 1))(Wx, Wh, xs)
+        assert_close(v, v_ref)
+        assert_close(gx, gx_ref)
+        assert_close(gh, gh_ref)
+        assert_close(gx, fd_grad(lambda t: fun(t, Wh, xs), Wx), rtol=1e-6, atol=1e-8)
+        assert_close(gh, fd_grad(lambda t: fun(Wx, t, xs), Wh), rtol=1e-6, atol=1e-8)

@@ -607,7 +607,7 @@ def scan_vjp(cts, node, value_of):
     # a carry the reverse body does not read (its gathers are stored) needs no stored history
     v_users = vjp.users()
     read = [bool(v_users.get(vjp.inputs[1 + nc + k].id)) for k in range(nk)]
-    hist = [h for h, r in zip(hist, read) if r]
+    hist_all, hist = hist, [h for h, r in zip(hist, read) if r]
     out_float = [_is_float(n.dtype) for n in body.outputs]
     ct = [c if c is not None else np.zeros(s, d) for c, (s, d) in zip(cts, avals)]
     ct_carry = [ct[k] for k in range(nk) if out_float[k]]
@@ -627,14 +627,30 @@ def scan_vjp(cts, node, value_of):
     # or h^T dz over a batch) is not accumulated in the loop, a read and a write of the whole
     # weight per step: its two factors are stacked outputs, and one product after the loop
     # sums them (`_factored`)
+    # (a factor that is one of the reverse body's inputs, a history, a data sequence, a ys
+    # cotangent or a stored product, is stacked outside the loop already: not stored again)
     n_x = len(vjp.outputs) - len(fc) - len(fk)
+    v_in = vjp.inputs
+    outside = {v_in[1 + nc + k].id: hist_all[k] for k in range(nk)}
+    outside.update({v_in[1 + nc + nk + k].id: xs[k] for k in range(len(xs))})
+    n_in = len(body.inputs) + len(fk)
+    outside.update({v_in[n_in + k].id: c for k, c in enumerate(ct_ys + residuals)})
+    # (and a factor stored for one weight is free for the others: dz_t of x_t @ Wx + h @ Wh)
     factors = {}
-    for j in range(len(fc)):
-        got = _factored(vjp.outputs[j])
-        if got is not None:
-            factors[j] = got + (vjp.outputs[j].shape,)
-    if factors:
-        vjp = Graph(vjp.inputs, vjp.outputs + [f for j in factors for f in factors[j][:2]], meta=vjp.meta)
+    stored = []          # the factors the reverse loop stacks as extra ys
+    while True:
+        free = set(outside) | {f.id for f in stored}
+        more = {j: _factored(vjp.outputs[j], free) for j in range(len(fc)) if j not in factors}
+        more = {j: got + (vjp.outputs[j].shape,) for j, got in more.items() if got is not None}
+        if not more:
+            break
+        factors.update(more)
+        for j in more:
+            for f, _ in more[j][:2]:
+                if f.id not in free and all(f is not g for g in stored):
+                    stored.append(f)
+    if stored:
+        vjp = Graph(vjp.inputs, vjp.outputs + stored, meta=vjp.meta)
 
     # a carry the body only writes (a value read after the loop from its last iteration,
     # reroll's `plan.last`) has a cotangent in the last iteration only: it is not a carry of
@@ -669,12 +685,13 @@ def scan_vjp(cts, node, value_of):
     looped = iter(ct_looped)
     ct_init = [zeros_like(ct_carry[j]) if j in written else next(looped) for j in range(len(fk))]
     ct_xs, stacked = ct_xs[:n_x], ct_xs[n_x:]
+    outside.update({f.id: v for f, v in zip(stored, stacked)})
     accumulated = iter(ct_consts)
     out = [None] * len(node.inputs)
     for j, k in enumerate(fc):
         if j in factors:
-            f = list(factors).index(j)
-            out[k] = _factored_sum(stacked[2 * f], stacked[2 * f + 1], *factors[j][2:])
+            (x, tx), (y, ty), kind, shape = factors[j]
+            out[k] = _factored_sum(outside[x.id], outside[y.id], kind, shape, tx, ty)
         else:
             out[k] = next(accumulated)
     for j, k in enumerate(fk):
@@ -684,18 +701,23 @@ def scan_vjp(cts, node, value_of):
     return out
 
 
-def _factored(node):
-    """(x, y, kind) when `node`, a weight's cotangent in one iteration, is a product of two
-    per-iteration values whose sum over the iterations is one product of their stacks:
-    kind "outer" for x * y broadcast over complementary axes (each axis longer than 1 comes
-    from one of them: dh h^T), "matmul" for x @ y of 2-D operands (h^T dz over a batch).
-    Only when the factors are no larger than twice the product. Else None."""
+def _factored(node, outside):
+    """((x, tx), (y, ty), kind) when `node`, a weight's cotangent in one iteration, is a
+    product of two per-iteration values whose sum over the iterations is one product of their
+    stacks: kind "outer" for x * y broadcast over complementary axes (each axis longer than 1
+    comes from one of them: dh h^T), "matmul" for x @ y of 2-D operands (h^T dz over a batch),
+    where a factor `tx` (`ty`) true is read transposed: the product is x^T @ y, as a matmul's
+    weight cotangent is. The transpose is done by the product after the loop, reading the
+    stack in place, not by a copy per iteration. Only when the factors that are not
+    `outside` the loop already (by id: inputs of the reverse body stacked there) are none, or
+    no larger than twice the product, which is not tiny. Else None."""
     if node.op == "reshape":
         node = node.inputs[0]
-    if not _is_float(node.dtype) or node.size < FACTORED_MIN_SIZE:
+    if not _is_float(node.dtype):
         return None
     if node.op == "matmul" and all(x.ndim == 2 and x.dtype == node.dtype for x in node.inputs):
-        x, y = node.inputs
+        factors = [(x.inputs[0], True) if x.op == "transpose" and tuple(x.p["perm"]) == (1, 0) else (x, False)
+                   for x in node.inputs]
         kind = "matmul"
     elif node.op == "mul":
         ins = []
@@ -709,25 +731,37 @@ def _factored(node):
         xs, ys = (1,) * (node.ndim - x.ndim) + x.shape, (1,) * (node.ndim - y.ndim) + y.shape
         if any(a > 1 and b > 1 for a, b in zip(xs, ys)) or x.size * y.size != node.size:
             return None
+        factors = [(x, False), (y, False)]
         kind = "outer"
     else:
         return None
-    if x.size + y.size > 2 * node.size:
+    stored = sum(f.size for f, _ in factors if f.id not in outside)
+    if stored and (node.size < FACTORED_MIN_SIZE or stored > 2 * node.size):
         return None
-    return x, y, kind
+    return factors[0], factors[1], kind
 
 
 # a weight's per-iteration product cotangent of at least this size is summed after the loop
+# (of any size when its factors are stacked already)
 FACTORED_MIN_SIZE = 64
 
 
-def _factored_sum(X, Y, kind, shape):
-    """The sum over t of the product (`_factored`'s kind) of X[t] and Y[t], in `shape`."""
+def _factored_sum(X, Y, kind, shape, tx=False, ty=False):
+    """The sum over t of the product (`_factored`'s kind) of X[t] and Y[t], in `shape`;
+    `tx`/`ty`: X[t]/Y[t] enter the matmul transposed."""
     T = X.shape[0]
-    if kind == "matmul":                  # sum_t X[t] @ Y[t] = [X[0] .. X[T-1]] @ [Y[0]; ..; Y[T-1]]
-        m, k = X.shape[1:]
-        x = np.reshape(np.transpose(X, (1, 0, 2)), (m, T * k))
-        return np.reshape(np.matmul(x, np.reshape(Y, (T * k, Y.shape[2]))), shape)
+    if kind == "matmul":       # sum_t A[t] @ B[t] = [A[0] .. A[T-1]] @ [B[0]; ..; B[T-1]]
+        if tx:                 # A[t] = X[t]^T: the rows of X's stack, read transposed
+            k = X.shape[1]
+            a = np.transpose(np.reshape(X, (T * k, X.shape[2])))
+        else:
+            k = X.shape[2]
+            a = np.reshape(np.transpose(X, (1, 0, 2)), (X.shape[1], T * k))
+        if ty:                 # B[t] = Y[t]^T
+            b = np.transpose(np.reshape(np.transpose(Y, (1, 0, 2)), (Y.shape[1], T * k)))
+        else:
+            b = np.reshape(Y, (T * k, Y.shape[2]))
+        return np.reshape(np.matmul(a, b), shape)
     r = len(shape)
     xs = (1,) * (r - (X.ndim - 1)) + tuple(X.shape[1:])
     ys = (1,) * (r - (Y.ndim - 1)) + tuple(Y.shape[1:])
