@@ -337,12 +337,59 @@ def _scan(step, init, xs, T, reverse, start, kind, user_fun):
     hist_avals = [((T,) + tuple(s), np.dtype(d)) for s, d, _ in c_avals]
     # inputs: captured, init carry, xs; outputs: carry, ys, carry history
     g = _captured_first(g, 1, 1 + nc + len(x_leaves))
+    g, caps, x_leaves = _hoist_products(g, caps, nc, x_leaves)
     params = dict(body=g, length=T, reverse=reverse, start=start, n_consts=len(caps), n_carry=nc)
     res = _bind_control("scan", caps + init_leaves + x_leaves, params,
                         [(s, d) for s, d, _ in c_avals] + y_avals + hist_avals)
     carry = tree_unflatten(c_tree, res[:nc])
     ys = tree_unflatten(out_tree.children[1], res[nc:nc + len(y_avals)])
     return carry, ys
+
+
+# a product hoisted out of a loop body is stored for every iteration: at most this many elements
+HOIST_MAX_SIZE = 1 << 24
+
+
+def _hoist_products(g, caps, nc, x_leaves):
+    """A scan body's products of an iteration's data with a captured weight (`x_t @ Wx`, or
+    `Wx @ x_t` of a vector x_t) depend on no carry: they are one product of the whole data
+    sequence with the weight before the loop (one large GEMM, where there was one small one
+    per iteration, as cuDNN does an RNN's input projection), which the body reads as one more
+    data sequence. Its reverse is outside the loop too (dWx = X^T dP, one product). `g` has
+    inputs (i, captured..., carries..., xs...); returns the body, the captured values and the
+    xs, without the weights and data the body no longer reads."""
+    ins = g.inputs
+    n_caps = len(caps)
+    weight = {ins[1 + k].id: caps[k] for k in range(n_caps)}
+    data = {ins[1 + n_caps + nc + k].id: x_leaves[k] for k in range(len(x_leaves))}
+    hoisted = []
+    for n in g.nodes:
+        if n.op != "matmul" or np.dtype(n.dtype).kind != "f":
+            continue
+        a, b = n.inputs
+        if a.id in data and b.id in weight and a.ndim in (1, 2) and b.ndim == 2:
+            X, W = data[a.id], weight[b.id]
+        elif a.id in weight and b.id in data and a.ndim == 2 and b.ndim == 1:
+            X, W = data[b.id], np.transpose(weight[a.id])         # W @ x_t = x_t @ W^T
+        else:
+            continue
+        if np.shape(X)[0] * n.size > HOIST_MAX_SIZE or np.dtype(X.dtype) != n.dtype or np.dtype(W.dtype) != n.dtype:
+            continue
+        P = np.matmul(X, W)
+        if tuple(np.shape(P)[1:]) == tuple(n.shape) and np.dtype(P.dtype) == n.dtype:
+            hoisted.append((n, P))
+    if not hoisted:
+        return g, caps, x_leaves
+    new_ins = [Node("input", (), {"index": len(ins) + k}, n.shape, n.dtype) for k, (n, _) in enumerate(hoisted)]
+    nodes = substitute(g.nodes, {n.id: x for (n, _), x in zip(hoisted, new_ins)})
+    outs = [nodes.get(o.id, o) for o in g.outputs]
+    read = {x.id for n in Graph(list(ins) + new_ins, outs).nodes for x in n.inputs} | {o.id for o in outs}
+    keep_caps = [k for k in range(n_caps) if ins[1 + k].id in read]
+    keep_xs = [k for k in range(len(x_leaves)) if ins[1 + n_caps + nc + k].id in read]
+    body_ins = ([ins[0]] + [ins[1 + k] for k in keep_caps] + list(ins[1 + n_caps:1 + n_caps + nc])
+                + [ins[1 + n_caps + nc + k] for k in keep_xs] + new_ins)
+    return (Graph(body_ins, outs, meta=g.meta), [caps[k] for k in keep_caps],
+            [x_leaves[k] for k in keep_xs] + [P for _, P in hoisted])
 
 
 def _captured_first(g, lead, n_explicit):
@@ -635,18 +682,23 @@ def scan_vjp(cts, node, value_of):
     outside.update({v_in[1 + nc + nk + k].id: xs[k] for k in range(len(xs))})
     n_in = len(body.inputs) + len(fk)
     outside.update({v_in[n_in + k].id: c for k, c in enumerate(ct_ys + residuals)})
-    # (and a factor stored for one weight is free for the others: dz_t of x_t @ Wx + h @ Wh)
+    # (and so are the cotangents of xs it computes, its ys: known once it has run)
+    ct_x_ids = [o.id for o in vjp.outputs[len(fc) + len(fk):]]
+    outside.update(dict.fromkeys(ct_x_ids))
+    # (and a factor stored for one weight is free for the others: dz_t of x_t @ Wx + h @ Wh).
+    # A cotangent that is stacked itself (a bias's dz_t) is one sum after the loop.
     factors = {}
     stored = []          # the factors the reverse loop stacks as extra ys
     while True:
         free = set(outside) | {f.id for f in stored}
-        more = {j: _factored(vjp.outputs[j], free) for j in range(len(fc)) if j not in factors}
+        more = {j: ((vjp.outputs[j], False), None, "sum") if vjp.outputs[j].id in free
+                else _factored(vjp.outputs[j], free) for j in range(len(fc)) if j not in factors}
         more = {j: got + (vjp.outputs[j].shape,) for j, got in more.items() if got is not None}
         if not more:
             break
         factors.update(more)
         for j in more:
-            for f, _ in more[j][:2]:
+            for f, _ in filter(None, more[j][:2]):
                 if f.id not in free and all(f is not g for g in stored):
                     stored.append(f)
     if stored:
@@ -686,12 +738,16 @@ def scan_vjp(cts, node, value_of):
     ct_init = [zeros_like(ct_carry[j]) if j in written else next(looped) for j in range(len(fk))]
     ct_xs, stacked = ct_xs[:n_x], ct_xs[n_x:]
     outside.update({f.id: v for f, v in zip(stored, stacked)})
+    outside.update(zip(ct_x_ids, ct_xs))
     accumulated = iter(ct_consts)
     out = [None] * len(node.inputs)
     for j, k in enumerate(fc):
         if j in factors:
-            (x, tx), (y, ty), kind, shape = factors[j]
-            out[k] = _factored_sum(outside[x.id], outside[y.id], kind, shape, tx, ty)
+            (x, tx), y, kind, shape = factors[j]
+            if kind == "sum":      # the cotangent itself is stacked: a captured addend's
+                out[k] = np.sum(outside[x.id], axis=0)
+            else:
+                out[k] = _factored_sum(outside[x.id], outside[y[0].id], kind, shape, tx, y[1])
         else:
             out[k] = next(accumulated)
     for j, k in enumerate(fk):
