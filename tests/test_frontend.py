@@ -910,3 +910,29 @@ def test_lists_of_recorded_values_in_linalg_and_fft_functions():
                    + np.linalg.inv([[x[0], 0.5], [x[1], 2.0]]).sum())
     _check_against_differences(f, np.array([1.0, 2.0, 3.0]), rel=1e-14)
     assert np.linalg.det.__module__ == "numpy.linalg" and np.fft.fft.__module__ == "numpy.fft"   # NumPy's again
+
+
+def test_maximum_and_minimum_at_match_numpy():
+    """np.maximum.at / np.minimum.at: integers, NaN (it propagates, as NumPy's), repeated and
+    tuple indices, eager and compiled; a ufunc with no .at support names the supported ones."""
+    def run(ufunc, a, key, v):
+        o = a.copy()
+        ufunc.at(o, key, v)
+        return o
+
+    cases = [(np.minimum, np.arange(6), np.array([1, 1, 3, 5]), np.array([-3, 7, 2, 9])),
+             (np.maximum, np.arange(6, dtype=np.int32), np.array([0, 0, 2]), np.array([9, 4, 1], np.int32)),
+             (np.minimum, np.arange(6.0), np.array([1, 1, 3, 3]), np.array([np.nan, -1.0, 2.0, -5.0])),
+             (np.maximum, np.arange(6.0), np.array([2, 2, 4]), np.array([1.0, np.nan, 7.0])),
+             (np.maximum, np.zeros((3, 3)), (np.array([0, 1, 1]), np.array([2, 0, 0])), np.array([1.0, 5.0, 3.0])),
+             (np.minimum, np.ones((3, 4)), np.array([2, 0, 2]), -np.arange(12.0).reshape(3, 4))]
+    with np.errstate(invalid="ignore"):
+        for ufunc, a, key, v in cases:
+            want = run(ufunc, a, key, v)
+            got = jg.jit(lambda a, v: run(ufunc, a, key, v))(a, v)
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+            got = jg.jit(lambda a, v: run(ufunc, a, key, v), backend="python")(a, v)
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(jg.NotSupportedError, match="np.maximum.at and np.minimum.at are"):
+        jg.jit(lambda a, v: run(np.multiply, a, np.array([0, 0]), v))(np.ones(3), np.ones(2))

@@ -556,13 +556,16 @@ def _positions(x, key):
 
 
 def ufunc_at(ufunc, x, key, value=None):
-    """np.add.at(x, key, v) (and subtract): unbuffered, so repeated positions accumulate."""
-    if ufunc not in (np.add, np.subtract) or value is None:
-        raise NotSupportedError(f"np.{ufunc.__name__}.at is not supported (np.add.at and "
-                                f"np.subtract.at are){where()}")
+    """np.add.at(x, key, v) (and subtract, maximum, minimum): unbuffered, so repeated positions
+    accumulate."""
+    if ufunc not in (np.add, np.subtract, np.maximum, np.minimum) or value is None:
+        raise NotSupportedError(f"np.{ufunc.__name__}.at is not supported (np.add.at, np.subtract.at, "
+                                f"np.maximum.at and np.minimum.at are){where()}")
     if not isinstance(x, Tensor):
         raise NotSupportedError(f"np.{ufunc.__name__}.at into a NumPy array from a traced value is not "
                                 f"supported: it would change an array outside the trace{where()}")
+    if ufunc in (np.maximum, np.minimum):
+        return _extreme_at(ufunc, x, key, value)
     shape = tuple(x.shape)
     one = _one_array_axis(shape, _parse(shape, key))
     if one is not None:
@@ -580,6 +583,41 @@ def ufunc_at(ufunc, x, key, value=None):
         total = bind("scatter_add", *lift([ravel(v), ravel(pos)]), axis=0, size=size)
         total = reshape(total, shape)
     write_into(x, ufunc(x, total), f"np.{ufunc.__name__}.at")
+
+
+def _extreme_at(ufunc, x, key, value):
+    """np.maximum.at / np.minimum.at: each selected position takes the extreme of its value and
+    of every update aimed at it. The updates are sorted by (position, value) so that each
+    position's extreme comes last among its updates, which is the one `scatter_set` keeps (NaN
+    sorts last, so it wins, as it propagates in NumPy's); positions no update aims at take the
+    ufunc's identity, which leaves them as they were. The gradient reaches x where it stays the
+    extreme and the one winning update of each position."""
+    shape = tuple(x.shape)
+    pos = _positions(x, key)
+    v = ravel(_fit(value, tuple(shape_of(pos)), x.dtype))
+    pos = ravel(pos)
+    n = int(np.prod(shape, dtype=np.int64))
+    if shape_of(v)[0] == 0:
+        return
+    dt = np.dtype(x.dtype)
+    larger = ufunc is np.maximum
+    if dt.kind == "f":
+        order = np.lexsort((v if larger else np.negative(v), pos))
+    else:
+        order = np.lexsort((v, pos))
+        if not larger:          # each position's smallest last (integers: no NaN to keep last)
+            order = order[::-1]
+    if dt.kind == "f":
+        identity = -np.inf if larger else np.inf
+    elif dt.kind == "b":
+        identity = not larger
+    else:
+        info = np.iinfo(dt)
+        identity = info.min if larger else info.max
+    base = np.full((n,), identity, dt)
+    pos, v = (bind("gather", *lift([a, order]), axis=0) for a in (pos, v))
+    best = bind("scatter_set", *lift([base, pos, v]), axis=0)
+    write_into(x, ufunc(x, reshape(best, shape)), f"np.{ufunc.__name__}.at")
 
 
 @implements(np.bincount)

@@ -112,6 +112,19 @@ def _ufunc_at(x):
     return y
 
 
+def _extreme_at(x):
+    y = x * 1.0
+    np.maximum.at(y, IDX % 4, x[:4] * 2.0)     # repeated rows: the largest update wins
+    np.minimum.at(y, (0, [1, 1, 3]), x[1, :3])
+    return y
+
+
+def _segment_max(x):
+    s = np.zeros((6, 5), x.dtype)          # a segment max into a buffer the function makes
+    np.maximum.at(s, IDX, x)
+    return s
+
+
 def _copyto(x):
     y = x * 1.0
     np.copyto(y, x ** 2, where=MASK)
@@ -219,7 +232,8 @@ for _name, _fn in [("setitem basic", _basic), ("setitem reversed", _reversed), (
                    ("setitem traced mask", _traced_mask), ("setitem known mask", _known_mask),
                    ("view slice", _slice_view), ("view reshape", _reshape_view),
                    ("view transpose", _transpose_view), ("view of view", _view_of_view),
-                   ("view siblings", _sibling_views), ("np.add.at", _ufunc_at), ("np.copyto", _copyto),
+                   ("view siblings", _sibling_views), ("np.add.at", _ufunc_at), ("np.maximum.at", _extreme_at),
+                   ("np.maximum.at into np.zeros", _segment_max), ("np.copyto", _copyto),
                    ("ufunc out=", _out), ("np.fill_diagonal", _fill_diagonal),
                    ("np.put_along_axis", _put_along_axis), ("setitem python loop", _python_loop),
                    ("setitem fori_loop", _fori_loop), ("setitem zeros_like", _zeros_then_fill),
