@@ -216,10 +216,24 @@ def _tensor_val(original):
     return val
 
 
+# np.polynomial trims trailing zero coefficients (polyutils.trimseq: of polymul's product, of
+# as_series' arguments), which makes a length depend on the values. Traced coefficients whose
+# values are unknown are all kept, as np.polymul keeps them (ops/arrange.py): the same
+# polynomial, with its zero high-order coefficients, where NumPy would drop them.
+def _trimseq(original):
+    def trimseq(seq):
+        if tensors(seq) and known_value(seq) is None:
+            return seq
+        return original(seq)
+    trimseq.__wrapped__ = original
+    return trimseq
+
+
 def _polynomial_patches():
     import numpy.polynomial as P
+    from numpy.polynomial import polyutils
     return [(getattr(P, module), name, _tensor_val(getattr(getattr(P, module), name)))
-            for module, name in _POLYNOMIAL_VALS]
+            for module, name in _POLYNOMIAL_VALS] + [(polyutils, "trimseq", _trimseq(polyutils.trimseq))]
 
 
 # math's functions of a recorded value (one element) from the user's code: NumPy's, so the result

@@ -266,6 +266,10 @@ POLYNOMIAL = {
     "legvander2d": lambda x, c: np.sum(np.polynomial.legendre.legvander2d(x, x[::-1], [2, 1])) * c[0],
     "polyder": lambda x, c: np.sum(np.polynomial.polynomial.polyval(x, np.polynomial.polynomial.polyder(c)) ** 2),
     "Chebyshev": lambda x, c: np.sum(np.polynomial.Chebyshev(c)(x) ** 2),
+    # products trim trailing zero coefficients: traced ones are kept (the same polynomial)
+    "Polynomial product": lambda x, c: np.sum(((np.polynomial.Polynomial(c) * np.polynomial.Polynomial(c[::-1])
+                                               - 2.0 * np.polynomial.Polynomial(c)) ** 2)(x)),
+    "polymul": lambda x, c: np.sum(np.polynomial.polynomial.polymul(c, x) ** 2),
 }
 
 
