@@ -14,7 +14,7 @@ from .core import EagerBox, EagerTrace, GraphTrace, Tensor, Tracer, bind, tracin
 from .errors import GradError, JitgraphError, TracingError, is_library_frame
 from .graph import Graph, toposort
 from .interpreter import evaluate
-from .loop_passes import merge_scans
+from .loop_passes import merge_scans, sink_broadcasts
 from .numpy_api import as_operand, keep_weak, ones_like, reshape, shape_of, zeros_like
 from .ops import stats as scipy_functions
 from .ops.sets import RANGE_MESSAGES
@@ -306,7 +306,7 @@ def trace_graph(fun, args, argnums=0, has_aux=False, grad=False, kwargs=None, re
     scipy_functions.install()
     with tracing(), recording():
         graph = _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll, pack_scalars)
-    return merge_scans(graph)
+    return sink_broadcasts(merge_scans(graph))
 
 
 def _trace_graph(fun, args, argnums, has_aux, grad, kwargs, reroll, pack_scalars):

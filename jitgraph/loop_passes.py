@@ -8,12 +8,14 @@
 * **No unused ys.** A stacked output nobody reads (the cotangent of a data sequence the
   program does not differentiate, say) leaves the loop body, and with it the work only it
   needed.
+* **Invariants broadcast in the body.** A captured value that is a broadcast of a smaller one
+  (a bias over the batch) is passed small and broadcast in the body (`sink_broadcasts`).
 
-Both recurse into the bodies of control flow nodes. Nodes downstream of a rewritten
+All recurse into the bodies of control flow nodes. Nodes downstream of a rewritten
 scan are rebuilt and keep their place in the joint graph: forward or reverse sweep,
 checkpoint region.
 """
-from .graph import Graph, Node
+from .graph import Graph, Node, substitute
 
 
 def _loop_key(n):
@@ -140,3 +142,69 @@ def merge_scans(graph):
         meta["checkpoint_regions"] = regions
     return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoint_ids=adjoint,
                  meta=meta)
+
+
+def _sunk(n):
+    """Scan node `n`'s (inputs, body) with its captured broadcasts made inside the body, or
+    None: a captured value that is a broadcast of a smaller one (a bias over the batch, an
+    invariant of a rerolled loop, which tracing records outside the body) was an array of
+    the full shape, made before the loop and read by every pass over it; the body broadcasts
+    the small value instead, index arithmetic in its fused loops (sinkhorn's iterations ran
+    1.25x as long with the large operands)."""
+    nc, body = n.p["n_consts"], n.p["body"]
+    sink = [k for k in range(nc) if n.inputs[k].op == "broadcast"
+            and n.inputs[k].inputs[0].size < n.inputs[k].size]
+    if not sink:
+        return None
+    ins, b_ins, replace = list(n.inputs), list(body.inputs), {}
+    for k in sink:
+        outer = n.inputs[k]
+        small = outer.inputs[0]
+        old = body.inputs[1 + k]
+        new_in = Node("input", (), dict(old.p), small.shape, small.dtype)
+        replace[old.id] = Node("broadcast", (new_in,), dict(outer.p), old.shape, old.dtype)
+        ins[k], b_ins[1 + k] = small, new_in
+    nodes = substitute(body.nodes, replace)
+    new_body = Graph(b_ins, [nodes.get(o.id, o) for o in body.outputs], meta=body.meta)
+    return ins, new_body
+
+
+def sink_broadcasts(graph):
+    """`graph` with every scan's captured broadcasts made in its body (`_sunk`), in nested
+    bodies too; `graph` itself when nothing changes."""
+    new = {}
+    for n in graph.nodes:
+        if not n.inputs:
+            continue
+        ins = [new.get(x.id, x) for x in n.inputs]
+        params = n.params
+        if n.kind == "control":
+            for k, v in n.p.items():
+                if isinstance(v, Graph):
+                    g = sink_broadcasts(v)
+                    if g is not v:
+                        params = dict(params, **{k: g})
+                elif isinstance(v, tuple) and v and all(isinstance(g, Graph) for g in v):
+                    gs = tuple(sink_broadcasts(g) for g in v)
+                    if any(a is not b for a, b in zip(gs, v)):
+                        params = dict(params, **{k: gs})
+        if n.op == "scan":
+            got = _sunk(Node(n.op, ins, params, n.shape, n.dtype))
+            if got is not None:
+                ins, body = got
+                params = dict(params, body=body)
+        if params is not n.params or any(a is not b for a, b in zip(ins, n.inputs)):
+            new[n.id] = Node(n.op, ins, params, n.shape, n.dtype, n.value)
+    if not new:
+        return graph
+    adjoint = set(graph.adjoint_ids)
+    regions = dict(graph.meta.get("checkpoint_regions") or {})
+    for old, node in new.items():
+        if old in adjoint:
+            adjoint.add(node.id)
+        if old in regions:
+            regions.setdefault(node.id, regions[old])
+    meta = dict(graph.meta)
+    if regions:
+        meta["checkpoint_regions"] = regions
+    return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoint_ids=adjoint, meta=meta)

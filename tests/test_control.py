@@ -593,3 +593,44 @@ def test_products_of_the_data_with_a_weight_are_one_product_before_the_loop():
     assert_close(v_c, v, rtol=1e-11)
     for g, g_c in zip(grads[:3], grads_c[:3]):
         assert_close(g_c, g, rtol=1e-10, atol=1e-12)
+
+
+def test_captured_broadcasts_are_made_in_the_loop_body():
+    """A scan's captured value that is a broadcast of a smaller one (a bias over the batch; a
+    rerolled Sinkhorn's log-weights over the cost matrix, and its 1/eps) is passed small and
+    broadcast in the body, forward and reverse: no scan reads a full-size broadcast."""
+    rng = np.random.default_rng(15)
+
+    def rnn(W, b, xs):
+        def cell(h, x):
+            h = np.tanh(h @ W + x + b)
+            return h, h
+        _, hs = jg.scan(cell, np.zeros((3, 4)), xs)
+        return np.sum(hs ** 2)
+
+    def sinkhorn(X, Y, a, b):
+        C = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=-1)
+        f, g = np.zeros(len(a)), np.zeros(len(b))
+        for _ in range(6):
+            f = -0.5 * jg.logsumexp((g[None, :] - C) / 0.5 + np.log(b)[None, :], axis=1)
+            g = -0.5 * jg.logsumexp((f[:, None] - C) / 0.5 + np.log(a)[:, None], axis=0)
+        return np.sum(np.exp((f[:, None] + g[None, :] - C) / 0.5) * C)
+
+    a, b = rng.random(5) + 0.5, rng.random(6) + 0.5
+    cases = ((rnn, (0.4 * rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal((5, 3, 4)))),
+             (sinkhorn, (rng.standard_normal((5, 2)), rng.standard_normal((6, 2)), a / a.sum(), b / b.sum())))
+    for fun, args in cases:
+        f = jg.jit_grad(fun, argnums=(0, 1), backend="python")
+        scans = [n for n in f.lower(*args).graph.nodes if n.op == "scan"]
+        assert len(scans) == 2
+        for s in scans:
+            consts = s.inputs[:s.p["n_consts"]]
+            assert not [c for c in consts if c.op == "broadcast"], [c.op for c in consts]
+        assert any(n.op == "broadcast" for n in scans[0].p["body"].nodes)
+        v, grads = f(*args)
+        v_ref, grads_ref = jg.value_and_grad(fun, argnums=(0, 1))(*args)
+        assert_close(v, v_ref, rtol=1e-11)
+        for k, (g, g_ref) in enumerate(zip(grads, grads_ref)):
+            assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+            fd = fd_grad(lambda t: fun(*(args[:k] + (t,) + args[k + 1:])), args[k])
+            assert_close(g, fd, rtol=1e-5, atol=1e-7)
