@@ -75,3 +75,30 @@ def test_affine_scatters_become_placed_slices(fn, make, argnums, scatters):
         np.testing.assert_allclose(got[0], want_v, rtol=1e-12)
         for g, g0 in zip(got[1:], want_g):
             np.testing.assert_allclose(g, g0, rtol=1e-11, atol=1e-12)
+
+
+def test_scatter_set_gradient_skips_the_winner_search_when_indices_cannot_repeat():
+    """The adjoint of the values of `x[idx] = v` keeps the writes that won (the last of
+    repeated indices): it finds them with an integer scatter and gather, which one index (a
+    rerolled dynamic programme's cell) does not need. Traced indices that may repeat still
+    search; gradients match finite differences in each case."""
+    rng = np.random.default_rng(3)
+    x, v = rng.standard_normal(7), rng.standard_normal(3)
+
+    def f(x, v, idx):
+        y = x * 1.0
+        y[idx] = v * np.flip(v)
+        return np.sum(np.sin(y) * np.arange(7.0))
+
+    for idx, searched in ((np.array([4]), False), (np.array([5, 0, 2]), True), (np.array([1, 5, 1]), True)):
+        vv = v[:len(idx)]
+        g = jg.jit_grad(f, argnums=(0, 1), backend="python")
+        graph = g.lower(x, vv, idx).graph
+        assert any(n.op == "scatter_set" and n.dtype == np.int64 for n in graph.nodes) == searched
+        _, (gx, gv) = g(x, vv, idx)
+        eps = 1e-6
+        fd = [(f(x, vv + eps * e, idx) - f(x, vv - eps * e, idx)) / (2 * eps) for e in np.eye(len(idx))]
+        np.testing.assert_allclose(gv, fd, rtol=1e-6, atol=1e-9)
+        _, (ex, ev) = jg.value_and_grad(f, argnums=(0, 1))(x, vv, idx)
+        np.testing.assert_allclose(gx, ex, rtol=1e-12)
+        np.testing.assert_allclose(gv, ev, rtol=1e-12)

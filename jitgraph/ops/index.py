@@ -89,6 +89,9 @@ def _scatter_set_impl(x, idx, v, axis):
 
 def _winners(idx, n):
     """True where idx[j] is the last occurrence of its index: the write scatter_set keeps."""
+    if int(np.prod(idx.shape, dtype=np.int64)) <= 1:
+        # one index (a rerolled dynamic programme's cell): it wins, no search per iteration
+        return np.ones(tuple(idx.shape), dtype=bool)
     flat = reshape(idx, (-1,))
     order = np.arange(int(np.prod(idx.shape, dtype=np.int64)), dtype=np.int64)
     none = np.full((n,), -1, dtype=np.int64)
