@@ -11,7 +11,7 @@ import numpy as np
 
 from . import collector, compile_server, index
 from .products import rewrite_products
-from .scatters import window_scatters
+from .scatters import accumulate_scatters, window_scatters
 from .schedule import sink_updates
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
@@ -49,7 +49,7 @@ def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
 
 
 def _emit(graph, parallel, fastmath, python_entry=False, index_views=True):
-    graph = sink_updates(window_scatters(rewrite_products(graph)))
+    graph = sink_updates(accumulate_scatters(window_scatters(rewrite_products(graph))))
     part = Partition(graph, index_views=index_views)
     em = Emitter(graph, part, parallel=parallel, fastmath=fastmath, python_entry=python_entry)
     return part, em.emit(), em

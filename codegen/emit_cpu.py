@@ -53,10 +53,10 @@ from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 from . import strides
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan, acc_dtype
-from .memory import MemoryPlan
+from .memory import IN_PLACE_UPDATES, MemoryPlan
 from .products import rewrite_products
 from .runtime import COMBINE_MAX, COMBINE_MIN, COMBINE_PROD, COMBINE_SUM
-from .scatters import window_scatters
+from .scatters import accumulate_scatters, window_scatters
 from .schedule import sink_updates
 from .source import Names, literal, np_dtype
 
@@ -217,8 +217,12 @@ def _owned(a):
 
 class Emitter(EmitterBase):
     def __init__(self, graph, partition, parallel=True, fastmath=("reassoc", "contract", "arcp"),
-                 prefix="", shared=None, out_buffers=True, python_entry=False):
+                 prefix="", shared=None, out_buffers=True, python_entry=False, donated=()):
         super().__init__(graph, partition)
+        # positions of inputs whose buffers the caller gives up (a loop's carries): an item
+        # assignment that is their only reader writes into them (`donates`), those it does are
+        # `overwritten`
+        self.donated, self.overwritten, self.in_donated = frozenset(donated), set(), set()
         self.python_entry = python_entry   # a Python entry whatever the number of steps
         # loop functions by text, shared with the emitters of subgraphs
         self.shared = {} if shared is None else shared
@@ -547,8 +551,39 @@ class Emitter(EmitterBase):
             parts.append(f"{a}:{stop}:{c}")
         return ", ".join(parts)
 
+    def donates(self, node):
+        """Does item assignment `node` (an IN_PLACE_UPDATES op) write into the buffer of a
+        donated input, its first operand (or an update already made in that buffer), which
+        nothing else reads (itself, or through views) and no output returns? Then the update
+        needs no copy of the array: a loop that writes one cell of a table per iteration (a
+        dynamic programme, `s[t] = f(s[t - 1])`, and their reverse loops) does work per
+        iteration, not per element of its table."""
+        if not self.donated or node.op not in IN_PLACE_UPDATES:
+            return False
+        part, ins = self.part, self.graph.inputs
+        shares = lambda n: n.op == "reshape" or n.id in self.in_donated or self.plan.updates_in_place(n)
+        first = part.resolve(node.inputs[0])
+        while shares(first):
+            first = part.resolve(first.inputs[0])
+        if first.op != "input" or not any(x is first for k, x in enumerate(ins) if k in self.donated) \
+                or node.size != first.size or node.dtype != first.dtype:
+            return False
+        held = {first.id}        # the input, its views and the updates made in its buffer
+        for n in self.graph.nodes:
+            if n is not node and (part.resolve(n).id in held or shares(n) and part.resolve(n.inputs[0]).id in held):
+                held.add(n.id)
+        for n in self.graph.nodes:
+            if n is not node and n.id not in held and any(part.resolve(x).id in held for x in n.inputs):
+                return False
+        if any(part.resolve(x).id in held for x in node.inputs[1:]) \
+                or any(part.resolve(o).id in held for o in self.graph.outputs):
+            return False
+        self.in_donated.add(node.id)
+        self.overwritten.add(next(k for k, x in enumerate(ins) if x is first))
+        return True
+
     # ---- control flow: subgraphs become functions of this module --------------------------------
-    def subkernel(self, graph, out_buffers=True):
+    def subkernel(self, graph, out_buffers=True, donated=()):
         """Emit `graph` as a function of this module (a loop body, a branch); returns its
         `SubKernel`.
 
@@ -558,9 +593,9 @@ class Emitter(EmitterBase):
         arena is a slot of this kernel's: a loop allocates nothing per iteration for it."""
         prefix = f"{self.prefix}s{self.n_subs}_"
         self.n_subs += 1
-        graph = sink_updates(window_scatters(rewrite_products(graph)))
+        graph = sink_updates(accumulate_scatters(window_scatters(rewrite_products(graph))))
         sub = Emitter(graph, Partition(graph), parallel=False, fastmath=self.fastmath,
-                      prefix=prefix, shared=self.shared, out_buffers=out_buffers)
+                      prefix=prefix, shared=self.shared, out_buffers=out_buffers, donated=donated)
         sub.emit()
         self.functions.extend(sub.functions)
         for line in sub.imports:
@@ -589,7 +624,9 @@ class Emitter(EmitterBase):
             k = plan.out_index.get(r.id)
             out_of.append(k if k is not None and r is part.resolve(n) and r.shape == n.shape else None)
             aliases_input.append(r.op == "input")
-        return SubKernel(f"{prefix}kernel", dims, consts, out_of, specs, aliases_input)
+        out = SubKernel(f"{prefix}kernel", dims, consts, out_of, specs, aliases_input)
+        out.overwritten = frozenset(sub.overwritten)
+        return out
 
     def tuple_part(self, t, k):
         return f"t{self.names[t.id]}_{k}"

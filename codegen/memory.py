@@ -46,8 +46,9 @@ from .fusion import INDEX_VIEW_OPS, Group, OpStep, read_by_blas
 ALIGN = 64
 # ops that leave their result in a buffer the plan provides (see emit_cpu)
 # item assignments that may write into the array they update when it dies there
-IN_PLACE_UPDATES = ("update_slice", "scatter_set")
+IN_PLACE_UPDATES = ("update_slice", "scatter_set", "scatter_add_to")
 PLANNED_OPS = ("matmul", "matmul_add", "transpose", "slice", "pad_slice", "update_slice", "gather", "scatter_add",
+               "scatter_add_to",
                "scatter_set", "broadcast")
 
 

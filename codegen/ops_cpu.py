@@ -115,7 +115,7 @@ def _pad_slice(em, node, v, x):
 
 @OPS.register("update_slice")
 def _update_slice(em, node, v, x):
-    if em.plan.updates_in_place(node):
+    if em.plan.updates_in_place(node) or em.donates(node):
         em.body.append(f"{v} = {x[0]}  # updated in place: its old value is read no more")
     else:
         em.body.append(f"{v} = {_copy(em)}({x[0]}, {em.buffer(node)})")
@@ -127,7 +127,7 @@ def _concatenate(em, node, v, x):
     em.body.append(f"{v} = np.concatenate(({', '.join(x)},), axis={node.p['axis']})")
 
 
-@OPS.register("gather", "scatter_add", "scatter_set")
+@OPS.register("gather", "scatter_add", "scatter_set", "scatter_add_to")
 def _gather(em, node, v, x):
     S = em.sizes
     axis = node.p["axis"]
@@ -141,11 +141,12 @@ def _gather(em, node, v, x):
     elif node.op == "scatter_add":
         src, dst = em.reshape(x[0], f"({pre}, {m}, {post})"), em.reshape(f"{v}_z", f"({pre}, {n}, {post})")
         em.body += [f"{v}_z = {buf}", f"{v}_z[...] = 0"]
-    else:       # scatter_set(x, idx, values): x (or a copy of it), then the rows written in order
+    else:       # scatter_set / scatter_add_to(x, idx, values): x (or a copy of it), then the rows
         src, dst = em.reshape(x[2], f"({pre}, {m}, {post})"), em.reshape(f"{v}_z", f"({pre}, {n}, {post})")
-        em.body.append(f"{v}_z = {x[0]}  # updated in place" if em.plan.updates_in_place(node)
+        em.body.append(f"{v}_z = {x[0]}  # updated in place" if em.plan.updates_in_place(node) or em.donates(node)
                        else f"{v}_z = {_copy(em)}({x[0]}, {buf})")
-    em.body.append(f"{v} = {em.reshape(f'_rt.{node.op}({src}, {em.reshape(x[1], m)}, {dst})', S.shape(node.shape))}")
+    fn = "scatter_add" if node.op == "scatter_add_to" else node.op
+    em.body.append(f"{v} = {em.reshape(f'_rt.{fn}({src}, {em.reshape(x[1], m)}, {dst})', S.shape(node.shape))}")
 
 
 @OPS.register("proj")
@@ -233,8 +234,9 @@ def _invariant(em, t, exprs):
 @OPS.register("scan")
 def _scan(em, node, v, x):
     p, S, out = node.p, em.sizes, em.body
-    sub = em.subkernel(p["body"])
     nc, nk, T = p["n_consts"], p["n_carry"], p["length"]
+    # the carries' buffers are the loop's: the body may update one in place (Emitter.donates)
+    sub = em.subkernel(p["body"], donated=range(1 + nc, 1 + nc + nk))
     x_nodes = node.inputs[nc + nk:]
     avals = p["out_avals"]
     n_y = len(avals) - 2 * nk
@@ -246,8 +248,11 @@ def _scan(em, node, v, x):
     carry = [em.tuple_part(node, k) for k in range(nk)]
     ys = [(nk + k, em.tuple_part(node, nk + k)) for k in range(n_y)]
     hist = [(k, em.tuple_part(node, nk + n_y + k)) for k in range(nk) if nk + n_y + k in projs]
-    for c, val in zip(carry, init):
-        out.append(f"{c} = {val}")
+    for k, (c, val) in enumerate(zip(carry, init)):
+        if 1 + nc + k in sub.overwritten:       # a buffer of the loop's own, for the body to write
+            out.append(f"{c} = {_copy(em)}({val}, {em.reserve((t, 'd', k), avals[k][0], avals[k][1])})")
+        else:
+            out.append(f"{c} = {val}")
     for k, val in ys + [(nk + n_y + k, h) for k, h in hist]:
         shape, dt = avals[k]
         # a workspace slot (the memory plan's stacked outputs) or, unread, a new array

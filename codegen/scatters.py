@@ -14,6 +14,13 @@ reading the operand by index: no copy, no scatter. A one-axis affine table is on
 one point within a term (`s` below 1: repeats or a reversed order), stay scatters.
 
 The rewrite runs on the CPU target's graphs after differentiation, as codegen/products.py's.
+
+`accumulate_scatters`: a sum with scatter_adds among its terms (the adjoint of an array an
+iteration gathers a few cells from, added to the array's cotangent; an embedding's gradient
+added to its weight decay) adds each scatter's rows into the sum of the other terms
+(`scatter_add_to`) instead of scattering into zeros and adding whole arrays: in a rerolled
+dynamic programme's reverse loop, three zero-filled tables and a pass adding four per cell.
+Where the sum's other terms die there, the rows are added in place (codegen/memory.py).
 """
 import numpy as np
 
@@ -104,3 +111,58 @@ def window_scatters(graph):
 
 
 __all__ = ["window_scatters"]
+
+
+def _scatter_terms(n, users, outputs, top=True):
+    """(dense terms, scatter_adds) of the sum `n`: its add nodes read by one add of the sum
+    only are opened up; scatter_adds read by the sum alone are its scatter terms."""
+    if n.op == "scatter_add" and not top and len(users[n.id]) == 1 and n.id not in outputs:
+        return [], [n]
+    if n.op == "add" and (top or (len(users[n.id]) == 1 and n.id not in outputs)) \
+            and n.inputs[0] is not n.inputs[1]:
+        dense, scat = [], []
+        for x in n.inputs:
+            d, sc = _scatter_terms(x, users, outputs, top=False)
+            dense += d
+            scat += sc
+        return dense, scat
+    return [n], []
+
+
+def accumulate_scatters(graph):
+    """`graph` with each sum of terms among which are scatter_adds read by it alone made as the
+    sum of its other terms with each scatter's rows added in (`scatter_add_to`); `graph`
+    itself when there is none."""
+    users = graph.users()
+    outputs = {o.id for o in graph.outputs}
+    found = {}
+    for n in graph.nodes:
+        if n.op != "add" or n.dtype.kind not in "iuf":
+            continue
+        up = users[n.id]
+        if len(up) == 1 and up[0].op == "add" and n.id not in outputs:
+            continue        # inside a larger sum: its top rewrites it
+        dense, scat = _scatter_terms(n, users, outputs)
+        if scat and any(s.shape != n.shape or s.dtype != n.dtype for s in scat + dense):
+            continue
+        if scat and (dense or len(scat) > 1):
+            found[n.id] = (dense, scat)
+    if not found:
+        return graph
+
+    def make(n, new):
+        if n.id not in found:
+            return None
+        dense, scat = found[n.id]
+        get = lambda x: new.get(x.id, x)
+        if dense:
+            total = get(dense[0])
+            for d in dense[1:]:
+                total = Node("add", [total, get(d)], {}, n.shape, n.dtype)
+        else:
+            total, scat = get(scat[0]), scat[1:]
+        for q in scat:
+            g, idx = q.inputs
+            total = Node("scatter_add_to", [total, get(idx), get(g)], {"axis": q.p["axis"]}, n.shape, n.dtype)
+        return total
+    return rebuild(graph, make)

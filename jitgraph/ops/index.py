@@ -106,6 +106,16 @@ def _scatter_set_vjp_v(g, out, x, idx, v, axis):
     return where_(broadcast_to(win, gv.shape), gv, 0)
 
 
+def _scatter_add_to_impl(x, idx, v, axis):
+    return np.asarray(x) + _scatter_impl(v, idx, axis, np.shape(x)[axis])
+
+
+# x with the slices v added at idx along `axis` (repeats accumulate): x + scatter_add(v, idx),
+# as the CPU back end computes it, into x's buffer where x dies there (codegen/scatters.py's
+# `accumulate_scatters` makes it, after differentiation: it has no derivative rule of its own)
+register("scatter_add_to", "index", _scatter_set_abs, _scatter_add_to_impl, None)
+
+
 # x with the slices at idx along `axis` set to v: item assignment with index arrays
 register("scatter_set", "index", _scatter_set_abs, _scatter_set_impl,
          (lambda g, out, x, idx, v, axis: bind("scatter_set", g, idx, zeros_like(v, g.dtype), axis=axis),
