@@ -91,6 +91,11 @@ TINY_S = 2e-6
 # compile grows with its length: 2.8 s for 100 steps (1,110 nodes), 77 s for 1,000. Runs of
 # at least this many nodes become scans.
 ELEMENTWISE_MAX_NODES = 2000
+# A scalar recursion (`s = w + a * e[t - 1] ** 2 + b * s`, collected in a list) unrolled is
+# straight-line code whose compile took 59 s for 100 steps (a body of 2 nodes: the terms
+# without s are hoisted; 1,713 nodes with the reverse sweep) and 250 s for 200; as a scan,
+# about a microsecond per step. Runs of at least this many scalar nodes become scans.
+SCALAR_MAX_NODES = 48
 REROLL_MAX_S = 50e-6
 # A slice or slice update whose position moves per iteration (`R[i, j] = f(R[i - 1, j - 1])`)
 # is a gather from, or a scatter into, its whole array in the scan; its reverse sweep makes
@@ -527,7 +532,10 @@ def _pays(body, trips, moving=()):
     kinds = [PRIMS[n.op].kind for n in body]
     if not moving and not any(k in _STEP_KINDS for k in kinds):
         # elementwise: one fused loop unrolled, T passes as a scan; but the unrolled loop's
-        # compile grows faster than its length
+        # compile grows faster than its length, and fastest of all that of a chain of scalars
+        # (straight-line code, nothing to vectorize)
+        if all(n.ndim == 0 for n in body):
+            return len(body) * trips >= SCALAR_MAX_NODES
         return len(body) * trips >= ELEMENTWISE_MAX_NODES
     products = any(n.op in ("matmul", "matmul_add") for n in body)
     if moving and not products and len(body) * trips >= ELEMENTWISE_MAX_NODES:

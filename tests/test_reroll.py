@@ -603,3 +603,25 @@ def test_second_derivatives_through_rerolled_loops():
     X, Y = rng.standard_normal((6, 2)), rng.standard_normal((4, 2))
     graph = jg.make_graph(jg.hessian(_sinkhorn))(X, Y)
     np.testing.assert_allclose(jg.eval_graph(graph, X, Y), jg.hessian(_sinkhorn)(X, Y), rtol=1e-10, atol=1e-12)
+
+
+def test_a_scalar_recursion_collected_in_a_list_becomes_a_scan():
+    """A GARCH-style recursion of scalars appended to a list: a body of two nodes (the terms
+    without the carry are hoisted) over 59 iterations is a scan, not straight-line code whose
+    compile grew to minutes (100 steps: 59 s); values and gradients match eager."""
+    def loss(th, e):
+        s = 1.0
+        out = [s]
+        for t in range(1, e.shape[0]):
+            s = th[0] + th[1] * e[t - 1] ** 2 + th[2] * s
+            out.append(s)
+        s = np.array(out)
+        return np.sum(np.log(s) + e ** 2 / s)
+
+    th, e = np.array([0.05, 0.1, 0.85]), np.random.default_rng(8).standard_normal(60)
+    f = jg.jit_grad(loss, backend="python")
+    assert any(n.op == "scan" for n in f.lower(th, e).graph.nodes)
+    v, g = f(th, e)
+    v_ref, g_ref = jg.value_and_grad(loss)(th, e)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-11)
