@@ -12,6 +12,7 @@ import pytest
 import jitgraph as jg
 from jitgraph.codegen import emit_cpu, emit_cuda
 from jitgraph.codegen.products import rewrite_products
+from jitgraph.codegen.scatters import accumulate_scatters, window_scatters
 from jitgraph.onnx_export import supported_ops
 from jitgraph.ops import registry, scalar
 from jitgraph.ops.reduce import REDUCTIONS
@@ -20,12 +21,12 @@ from optable import NONDIFF, TABLE, diff_argnums, make_args, program_ops
 
 def table_ops():
     """The primitives the op table's programs use (forward and joint graphs, and the joint
-    graphs as the CPU code generator rewrites them: codegen/products.py)."""
+    graphs as the CPU code generator rewrites them: codegen/products.py, codegen/scatters.py)."""
     ops = set()
     for entry in TABLE:
         args = make_args(entry, np.float64)
         graph = jg.make_graph(entry.fn, diff_argnums(entry), grad=True)(*args)
-        ops |= program_ops(graph) | program_ops(rewrite_products(graph))
+        ops |= program_ops(graph) | program_ops(accumulate_scatters(window_scatters(rewrite_products(graph))))
     for entry in NONDIFF:
         ops |= program_ops(jg.make_graph(entry.fn)(*make_args(entry, np.float64)))
     return ops

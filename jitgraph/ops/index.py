@@ -111,9 +111,12 @@ def _scatter_add_to_impl(x, idx, v, axis):
 
 
 # x with the slices v added at idx along `axis` (repeats accumulate): x + scatter_add(v, idx),
-# as the CPU back end computes it, into x's buffer where x dies there (codegen/scatters.py's
-# `accumulate_scatters` makes it, after differentiation: it has no derivative rule of its own)
-register("scatter_add_to", "index", _scatter_set_abs, _scatter_add_to_impl, None)
+# as the CPU back end computes it, into x's buffer where x dies there. Traced programs never
+# hold it: codegen/scatters.py's `accumulate_scatters` makes it of a sum with a scatter_add in it
+register("scatter_add_to", "index", _scatter_set_abs, _scatter_add_to_impl,
+         (lambda g, out, x, idx, v, axis: g, None, lambda g, out, x, idx, v, axis: bind("gather", g, idx, axis=axis)),
+         host_only="rows added to a value (scatter_add_to: the CPU code generator's form of x + scatter_add)",
+         onnx="made by the CPU code generator only: exported graphs hold scatter_add and add")
 
 
 # x with the slices at idx along `axis` set to v: item assignment with index arrays
