@@ -554,7 +554,7 @@ class Emitter(EmitterBase):
     def donates(self, node):
         """Does item assignment `node` (an IN_PLACE_UPDATES op) write into the buffer of a
         donated input, its first operand (or an update already made in that buffer), which
-        nothing else reads (itself, or through views) and no output returns? Then the update
+        nothing reads after it (itself, or through views) and no output returns? Then the update
         needs no copy of the array: a loop that writes one cell of a table per iteration (a
         dynamic programme, `s[t] = f(s[t - 1])`, and their reverse loops) does work per
         iteration, not per element of its table."""
@@ -572,8 +572,10 @@ class Emitter(EmitterBase):
         for n in self.graph.nodes:
             if n is not node and (part.resolve(n).id in held or shares(n) and part.resolve(n.inputs[0]).id in held):
                 held.add(n.id)
-        for n in self.graph.nodes:
-            if n is not node and n.id not in held and any(part.resolve(x).id in held for x in n.inputs):
+        at = self.plan.step_at
+        for n in self.graph.nodes:         # readers of the old values must all run before it
+            if n is not node and n.id not in held and any(part.resolve(x).id in held for x in n.inputs) \
+                    and not at.get(n.id, len(self.part.steps)) < at.get(node.id, -1):
                 return False
         if any(part.resolve(x).id in held for x in node.inputs[1:]) \
                 or any(part.resolve(o).id in held for o in self.graph.outputs):

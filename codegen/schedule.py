@@ -17,13 +17,17 @@ from .products import rebuild
 
 
 def _conflicted(graph):
-    """Ids of the update_slice nodes whose operand has a reader after them (in graph order)."""
+    """Ids of the item assignments (update_slice, scatter_set, scatter_add_to) whose operand
+    has a reader after them (in graph order). An update_slice that is an output, or that
+    nothing reads, stays; the others move to the end (a loop body's new carry, written into
+    its old buffer once every read of that is done: Emitter.donates)."""
     pos = {n.id: k for k, n in enumerate(graph.nodes)}
     users = graph.users()
     outputs = {o.id for o in graph.outputs}
     found = set()
     for n in graph.nodes:
-        if n.op != "update_slice" or n.id in outputs or not users[n.id]:
+        if n.op not in ("update_slice", "scatter_set", "scatter_add_to") \
+                or n.op == "update_slice" and (n.id in outputs or not users[n.id]):
             continue
         x = n.inputs[0]
         if any(pos[u.id] > pos[n.id] for u in users[x.id] if u is not n):
