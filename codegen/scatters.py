@@ -113,20 +113,22 @@ def window_scatters(graph):
 __all__ = ["window_scatters"]
 
 
-def _scatter_terms(n, users, outputs, top=True):
-    """(dense terms, scatter_adds) of the sum `n`: its add nodes read by one add of the sum
-    only are opened up; scatter_adds read by the sum alone are its scatter terms."""
-    if n.op == "scatter_add" and not top and len(users[n.id]) == 1 and n.id not in outputs:
-        return [], [n]
-    if n.op == "add" and (top or (len(users[n.id]) == 1 and n.id not in outputs)) \
-            and n.inputs[0] is not n.inputs[1]:
-        dense, scat = [], []
-        for x in n.inputs:
-            d, sc = _scatter_terms(x, users, outputs, top=False)
-            dense += d
-            scat += sc
-        return dense, scat
-    return [n], []
+def _scatter_terms(n, users, outputs):
+    """(dense terms, scatter_adds) of the sum `n`, left to right: its add nodes read by one
+    add of the sum only are opened up; scatter_adds read by the sum alone are its scatter
+    terms. (A stack, not recursion: an unrolled running sum is a chain thousands long.)"""
+    dense, scat = [], []
+    stack = [(n, True)]
+    while stack:
+        x, top = stack.pop()
+        alone = top or (len(users[x.id]) == 1 and x.id not in outputs)
+        if x.op == "scatter_add" and not top and alone:
+            scat.append(x)
+        elif x.op == "add" and alone and x.inputs[0] is not x.inputs[1]:
+            stack += [(x.inputs[1], False), (x.inputs[0], False)]
+        else:
+            dense.append(x)
+    return dense, scat
 
 
 def accumulate_scatters(graph):

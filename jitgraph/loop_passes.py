@@ -65,22 +65,40 @@ class _Loop:
         self.projs = {}
 
 
-def _with_bodies(n):
-    """The parameters of control node `n` with its subgraphs passed through `merge_scans`,
-    or None when none changes (scans are handled by `_Loop`)."""
+def _with_bodies(n, apply):
+    """The parameters of control node `n` with its subgraphs passed through the graph pass
+    `apply`, or None when none changes."""
     changed, params = False, n.p
     for k, v in n.p.items():
         if isinstance(v, Graph):
-            new = merge_scans(v)
+            new = apply(v)
             if new is not v:
                 params = dict(params, **{k: new})
                 changed = True
         elif isinstance(v, tuple) and v and all(isinstance(g, Graph) for g in v):
-            new = tuple(merge_scans(g) for g in v)
+            new = tuple(apply(g) for g in v)
             if any(a is not b for a, b in zip(new, v)):
                 params = dict(params, **{k: new})
                 changed = True
     return params if changed else None
+
+
+def _rebuilt(graph, new, adjoint_drop=()):
+    """`graph` with nodes replaced by `new` (old id -> node); each rebuilt node keeps its
+    sweep (forward or reverse) and checkpoint region. `adjoint_drop`: ids of new nodes that
+    are in the forward sweep whatever they replace."""
+    adjoint = set(graph.adjoint_ids)
+    regions = dict(graph.meta.get("checkpoint_regions") or {})
+    for old, node in new.items():
+        if old in adjoint:
+            adjoint.add(node.id)
+        if old in regions:
+            regions.setdefault(node.id, regions[old])
+    adjoint -= set(adjoint_drop)
+    meta = dict(graph.meta)
+    if regions:
+        meta["checkpoint_regions"] = regions
+    return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoint_ids=adjoint, meta=meta)
 
 
 def merge_scans(graph):
@@ -99,8 +117,8 @@ def merge_scans(graph):
             loop_of.update((m.id, loop) for m in members)
     body_params = {}
     for n in graph.nodes:
-        if n.kind == "control" and n.op != "scan":
-            params = _with_bodies(n)
+        if n.kind == "control" and n.op != "scan":      # (scans: `_Loop`)
+            params = _with_bodies(n, merge_scans)
             if params is not None:
                 body_params[n.id] = params
     if not loop_of and not body_params:
@@ -125,23 +143,13 @@ def merge_scans(graph):
         elif n.id in body_params or any(a is not b for a, b in zip(ins, n.inputs)):
             new[n.id] = Node(n.op, ins, body_params.get(n.id, n.params), n.shape, n.dtype, n.value)
 
-    # the rebuilt nodes keep their sweep and checkpoint region; a merged scan (and what
-    # reads its outputs) is in the forward sweep when one of its members is
-    adjoint = set(graph.adjoint_ids)
-    regions = dict(graph.meta.get("checkpoint_regions") or {})
-    for old, node in new.items():
-        if old in adjoint:
-            adjoint.add(node.id)
-        if old in regions:
-            regions.setdefault(node.id, regions[old])
+    # a merged scan (and what reads its outputs) is in the forward sweep when one of its
+    # members is
+    forward = set()
     for loop in {id(lp): lp for lp in loop_of.values()}.values():
         if any(m.id not in graph.adjoint_ids for m in loop.members):
-            adjoint -= {loop.node.id} | {p.id for p in loop.projs.values()}
-    meta = dict(graph.meta)
-    if regions:
-        meta["checkpoint_regions"] = regions
-    return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoint_ids=adjoint,
-                 meta=meta)
+            forward |= {loop.node.id} | {p.id for p in loop.projs.values()}
+    return _rebuilt(graph, new, forward)
 
 
 def _sunk(n):
@@ -177,17 +185,7 @@ def sink_broadcasts(graph):
         if not n.inputs:
             continue
         ins = [new.get(x.id, x) for x in n.inputs]
-        params = n.params
-        if n.kind == "control":
-            for k, v in n.p.items():
-                if isinstance(v, Graph):
-                    g = sink_broadcasts(v)
-                    if g is not v:
-                        params = dict(params, **{k: g})
-                elif isinstance(v, tuple) and v and all(isinstance(g, Graph) for g in v):
-                    gs = tuple(sink_broadcasts(g) for g in v)
-                    if any(a is not b for a, b in zip(gs, v)):
-                        params = dict(params, **{k: gs})
+        params = (_with_bodies(n, sink_broadcasts) if n.kind == "control" else None) or n.params
         if n.op == "scan":
             got = _sunk(Node(n.op, ins, params, n.shape, n.dtype))
             if got is not None:
@@ -195,16 +193,4 @@ def sink_broadcasts(graph):
                 params = dict(params, body=body)
         if params is not n.params or any(a is not b for a, b in zip(ins, n.inputs)):
             new[n.id] = Node(n.op, ins, params, n.shape, n.dtype, n.value)
-    if not new:
-        return graph
-    adjoint = set(graph.adjoint_ids)
-    regions = dict(graph.meta.get("checkpoint_regions") or {})
-    for old, node in new.items():
-        if old in adjoint:
-            adjoint.add(node.id)
-        if old in regions:
-            regions.setdefault(node.id, regions[old])
-    meta = dict(graph.meta)
-    if regions:
-        meta["checkpoint_regions"] = regions
-    return Graph(graph.inputs, [new.get(o.id, o) for o in graph.outputs], adjoint_ids=adjoint, meta=meta)
+    return _rebuilt(graph, new) if new else graph

@@ -152,3 +152,18 @@ def test_a_recursion_into_a_preallocated_array_updates_its_carry_in_place():
     v2_ref, g2_ref = jg.value_and_grad(garch)(th, e[::-1].copy())
     np.testing.assert_allclose(v2, v2_ref, rtol=1e-12)
     np.testing.assert_allclose(g2, g2_ref, rtol=1e-11)
+
+
+def test_a_long_running_sum_is_opened_without_recursion():
+    """An unrolled running sum is a chain of adds thousands long: the scatter rewrite walks it
+    with a stack (it had raised RecursionError past Python's recursion limit)."""
+    def f(x):
+        t = x[0] * 1.0
+        for i in range(1, 1500):
+            t = t + x[i] * x[i - 1]
+        return t
+
+    x = np.random.default_rng(6).standard_normal(1500)
+    graph = jg.make_graph(f, grad=True, reroll=False)(x)
+    out = codegen.accumulate_scatters(graph)
+    assert out is graph or len(out.nodes) <= len(graph.nodes)
