@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from . import collector, compile_server, index
+from . import collector, compile_server, index, native
 from .products import rewrite_products
 from .scatters import accumulate_scatters, window_scatters
 from .schedule import sink_updates
@@ -31,8 +31,10 @@ VIEW_FUNCTIONS_MAX_RATIO = 2
 def generate(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")):
     """(partition, source, emitter) for `graph` without compiling anything."""
     part, source, em = _emit(graph, parallel, fastmath)
-    if not em.driver and len(em.body) > emit_cpu.ENTRY_MAX_LINES and python_entry_pays(graph, part):
-        # a long compiled entry compiles slower than its groups' functions apart (emit_cpu)
+    if not em.driver and (native.ENABLED and not emit_cpu.compiled_entry_ops(graph)
+                          or len(em.body) > emit_cpu.ENTRY_MAX_LINES) and python_entry_pays(graph, part):
+        # a long compiled entry compiles slower than its groups' functions apart, and a Python
+        # entry's functions compile without Numba (codegen/native.py) (emit_cpu)
         part, source, em = _emit(graph, parallel, fastmath, python_entry=True)
     if em.driver and part.index_views - part.recomputed:
         # A long program's Python entry compiles one function per distinct loop text, which

@@ -174,7 +174,7 @@ def enable_cache(functions, path):
 
 
 # the decorators of the compiled functions that kernels share (see the module docstring)
-SHARED_DECORATORS = ("_rt.chunk_njit(", "_rt.loop_njit(", "_rt.group_njit(", "njit(")
+SHARED_DECORATORS = ("_rt.chunk_njit(", "_rt.loop_njit(", "_rt.group_njit(", "_rt.native_njit(", "njit(")
 SHARED_NAME = "loop"        # a shared function's name in its own module
 SHARED_PREFIX = "jg_l_"
 

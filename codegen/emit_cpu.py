@@ -17,10 +17,12 @@ Layout of a generated module:
   of its own compiled like a chunk body, its arrays `noalias` parameters (OUTLINE_MIN):
   inline, LLVM would not vectorize it. Smaller loops stay inline.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
-  loops inline, unless that function is long (ENTRY_MAX_LINES) and the steps are heavy
-  enough that Python's cost per step is lost in them (`python_entry_pays`). Longer programs
-  (deep networks), and those, get a plain Python entry that calls one `@njit` function per
-  loop group, and groups whose code is the same up to the names of their arrays
+  loops inline, unless the steps are heavy enough that Python's cost per step is lost in
+  them (`python_entry_pays`; without native compiles, only where that function is also long,
+  ENTRY_MAX_LINES). Longer programs (deep networks), and those, get a plain Python entry
+  that calls one compiled function per loop group, compiled without Numba where
+  codegen/native.py translates it (`native_functions`), and groups whose code is the same
+  up to the names of their arrays
   share one function: the layers of a deep network compile one loop per
   distinct layer, not one per layer, and Numba's compile time, which grows
   faster than linearly with a function's length, stays out of the entry. A parallel
@@ -43,6 +45,7 @@ as 1-element arrays.
 """
 import ast
 import builtins
+import re
 
 import numpy as np
 
@@ -50,7 +53,7 @@ from jitgraph.graph import flops
 from jitgraph.ops.registry import PRIMS, Lowerings
 from jitgraph.ops.scalar import DTYPES, FUNCTIONS
 
-from . import strides
+from . import native, strides
 from .fusion import Group, Partition
 from .lower import EmitterBase, GroupPlan, acc_dtype
 from .memory import IN_PLACE_UPDATES, MemoryPlan
@@ -71,10 +74,12 @@ COMBINE_OPS = {"reduce_sum": COMBINE_SUM, "reduce_prod": COMBINE_PROD, "reduce_m
 # faster than linearly with the length of a function (a depth-256 residual MLP's entry took
 # 190 s), while a Python entry costs a few microseconds per step at run time.
 NJIT_ENTRY_MAX_STEPS = 48
-# A shorter program whose compiled entry would still be long (over ENTRY_MAX_LINES lines:
-# loops inline in it) gets a Python entry too, when its steps are heavy enough that Python's
-# cost per step is lost in them: Numba's compile of a function grows faster than its length,
-# and the group functions compile apart, on one compile server per core. MD's 381-line entry
+# A shorter program gets a Python entry too when its steps are heavy enough that Python's cost
+# per step is lost in them: its loop functions then compile without Numba (codegen/native.py),
+# about 6x faster (the MLP's `wait=True` first call 1.8 -> 0.65 s). With JITGRAPH_NATIVE=0,
+# only when its compiled entry would be long (over ENTRY_MAX_LINES lines: loops inline in
+# it): Numba's compile of a function grows faster than its length, and the group functions
+# compile apart, on one compile server per core. MD's 381-line entry
 # (32 steps) ran compiled 4.5-4.9 s after its first call this way against 6.9-7.1 s, its
 # calls taking 1.05x as long. Entries of 150-230 lines (the MLP, the GP, the BNN) gained
 # nothing in the default tiered build, whose interpreted calls hold a core: more functions,
@@ -136,6 +141,17 @@ def estimated_seconds(graph):
     return loop / EST_LOOP_FLOPS + library / EST_LIBRARY_FLOPS
 
 
+# ops whose lowering in a compiled entry does more than a Python entry's: a float64 solve with
+# many right-hand sides runs in column blocks on Numba's threads (ops_linalg)
+COMPILED_ENTRY_OPS = frozenset({"solve_triangular"})
+
+
+def compiled_entry_ops(graph):
+    """The nodes of `graph` that keep its entry compiled when native compiles would make it a
+    Python entry (COMPILED_ENTRY_OPS)."""
+    return [n for n in graph.nodes if n.op in COMPILED_ENTRY_OPS]
+
+
 def python_entry_pays(graph, part):
     """May this program's entry run as Python, for its compile's sake: its steps' Python
     cost at most PY_ENTRY_MAX_SHARE of its estimated time, and no control flow?"""
@@ -149,6 +165,41 @@ def chunk_count(limit, extent, most=MAX_CHUNKS):
     least 1. Written with mathlib's integer-exact `_max`/`_min` (intrinsics) where Python's
     `max`/`min` are overloads Numba compiles once per process and signature."""
     return f"_max(1, _min(_min({most}, {limit}), {extent}))"
+
+
+# A Python entry's loop functions compile with codegen/native.py (falling back to Numba for what
+# it does not translate): the decorators Numba would compile them with, and theirs
+NATIVE_DECORATORS = {"@_rt.loop_njit(**_OPTS)": "@_rt.native_njit(**_OPTS)",
+                     "@_rt.group_njit(**_OPTS)": "@_rt.native_njit(parallel=True, **_OPTS)",
+                     "@njit(**_OPTS)": "@_rt.native_njit(noalias=False, **_OPTS)"}
+
+
+def native_functions(blocks):
+    """A Python entry's function blocks with native decorators on those that only Python
+    calls: a function another compiled function calls (a loop body's) stays Numba's."""
+    names = {}
+    for k, block in enumerate(blocks):
+        for ln in block:
+            if ln.startswith("def "):
+                names[ln[4:ln.index("(")]] = k
+                break
+    word = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    called = set()
+    for k, block in enumerate(blocks):
+        for ln in block:
+            if not ln.startswith(("def ", "#", "@")):
+                called |= {w for w in word.findall(ln) if names.get(w, k) != k}
+    out = []
+    for k, block in enumerate(blocks):
+        new = list(block)
+        for i, ln in enumerate(block):
+            if ln.startswith("def "):
+                name = ln[4:ln.index("(")]
+                if i and block[i - 1] in NATIVE_DECORATORS and name not in called:
+                    new[i - 1] = NATIVE_DECORATORS[block[i - 1]]
+                break
+        out.append(new)
+    return out
 
 
 def uses_threads(source):
@@ -408,7 +459,8 @@ class Emitter(EmitterBase):
             "",
         ]
         src = list(head)
-        for block in self.functions:
+        functions = native_functions(self.functions) if self.driver and native.ENABLED else self.functions
+        for block in functions:
             src += [""] + block + [""]
         if self.driver:
             src += self.views_lines()

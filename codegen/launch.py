@@ -60,6 +60,9 @@ if not numba.config.DISABLE_JIT:
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _I32 = ir.IntType(32)
+# how a parallel reduction's per-chunk partial results combine (runtime.combine_parts, and
+# its inline form in codegen/native.py)
+COMBINE_SUM, COMBINE_PROD, COMBINE_MAX, COMBINE_MIN = range(4)
 
 
 def threading_layer():

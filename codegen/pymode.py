@@ -37,7 +37,7 @@ runtime = types.SimpleNamespace(**_RUNTIME,
                                 matmul_batched_par=_RUNTIME["matmul_batched"],
                                 matmul_strided_par=_RUNTIME["matmul_strided"],
                                 parallel_chunks=_runtime.parallel_chunks_py, parallel_self=_runtime.parallel_chunks_py,
-                                chunk_njit=njit, loop_njit=njit, group_njit=njit,
+                                chunk_njit=njit, loop_njit=njit, group_njit=njit, native_njit=njit,
                                 empty=np.empty, full=np.full,
                                 blas_threads_local=_runtime.blas_threads_local)
 

@@ -15,7 +15,9 @@ from numba.np.arrayobj import _empty_nd_impl, populate_array
 
 from .blas import blas_threads_local, gemm_cols, gemm_inner, gemm_rows
 from .build import enable_cache, helpers_cache_dir
+from .launch import COMBINE_MAX, COMBINE_MIN, COMBINE_PROD, COMBINE_SUM  # noqa: F401  (emit_cpu's op codes)
 from .launch import chunk_njit, group_njit, loop_njit, parallel_chunks, parallel_chunks_py, parallel_self  # noqa: F401  (used by generated kernels)
+from .native import native_njit  # noqa: F401  (used by generated kernels)
 from .symbols import by_symbol, call  # noqa: F401  (used by generated kernels)
 
 _OPTS = dict(error_model="numpy", boundscheck=False)     # cached below, in jitgraph's cache dir
@@ -505,8 +507,7 @@ def scatter_set(v, idx, out):
 # A parallel reduction's per-chunk partial results (emit_cpu's launches), combined in chunk
 # order: out[q] = part[0, q] op part[1, q] op ... op part[nch - 1, q], the order of the inline
 # loop this replaces (each such loop cost its kernel's compile 30-80 ms; a call of a helper
-# compiled once per machine costs about 8 ms). `op`: one of the COMBINE_* codes.
-COMBINE_SUM, COMBINE_PROD, COMBINE_MAX, COMBINE_MIN = range(4)
+# compiled once per machine costs about 8 ms). `op`: one of the COMBINE_* codes (launch.py).
 
 
 @njit(**_OPTS)

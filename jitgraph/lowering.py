@@ -21,6 +21,7 @@ import numpy as np
 from . import codegen
 from .codegen import collector, compile_server, numba_cache
 from .codegen.build import SHARED_PREFIX
+from .codegen.native import NativeFunction
 from .api import trace_graph
 from .entry import Entry
 from .remat import apply_policy
@@ -219,8 +220,12 @@ def _compiled_on_disk(program, args):
         if not (argtypes in kernel.overloads or numba_cache.in_cache(kernel, argtypes) is True):
             return False
         functions = [f for f in functions if f is not kernel]      # its loop functions
-    elif not functions:
-        return False
+    else:
+        natives = _native_functions(mod)
+        if not functions and not natives:
+            return False
+        if not all(f.variants or f.cached_on_disk() for f in natives):
+            return False
     return all(f.overloads or numba_cache.has_cached(f) for f in functions)
 
 
@@ -387,15 +392,24 @@ def _module_dispatchers(mod):
     return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats") and generated(v)]
 
 
+def _native_functions(mod):
+    """The natively compiled loop functions of a generated module (codegen/native.py), its own
+    and the shared ones it holds."""
+    return [v for v in vars(mod).values() if isinstance(v, NativeFunction)]
+
+
 def _dispatch_state(program):
     """(compiled signatures, disk-cache hits) summed over the Numba dispatchers of a program's
-    module (its entry, when compiled, and its loop functions), else None."""
+    module (its entry, when compiled, and its loop functions) and its native functions, else
+    None."""
     kernels = [program.kernel]
+    natives = []
     mod = _module(program)
     if mod is not None:
         kernels = _module_dispatchers(mod)
+        natives = _native_functions(mod)
     kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
-    if not kernels:
+    if not kernels and not natives:
         return None
-    return (sum(len(k.overloads) for k in kernels),
-            sum(sum(k.stats.cache_hits.values()) for k in kernels))
+    return (sum(len(k.overloads) for k in kernels) + sum(len(f.variants) for f in natives),
+            sum(sum(k.stats.cache_hits.values()) for k in kernels) + sum(f.loaded for f in natives))

@@ -9,7 +9,7 @@ import pytest
 
 from jitgraph import codegen
 import jitgraph as jg
-from jitgraph.codegen import emit_cpu, fusion, mathlib
+from jitgraph.codegen import emit_cpu, fusion, mathlib, native
 from golden_files import assert_golden
 from threads import on_threads
 from jitgraph.bench import WORKLOADS
@@ -342,7 +342,13 @@ def test_a_long_compiled_entry_of_heavy_steps_becomes_a_python_entry(monkeypatch
     assert em.driver is python and ("calling the compiled loops" in source) is python
     assert emit_cpu.python_entry_pays(graph, part) is python
     if python:
+        # its loop functions compile natively (codegen/native.py): a Python entry however
+        # short its compiled entry would be; without native compiles, only a long one
         monkeypatch.setattr(emit_cpu, "ENTRY_MAX_LINES", 10_000)
+        assert codegen.generate(graph)[2].driver is native.ENABLED
+        if native.ENABLED:
+            assert "@_rt.native_njit(" in codegen.generate(graph)[1]
+        monkeypatch.setattr(native, "ENABLED", False)
         assert not codegen.generate(graph)[2].driver
 
 
@@ -399,8 +405,8 @@ def test_a_python_entry_calls_its_outlined_loops_itself():
     f = jg.jit_grad(_lstm_steps, argnums=(0, 1, 2), wait=True)
     src = f.lower(z, c, w).source
     assert "calling the compiled loops" in src             # a Python entry
-    loops = [line for line in src.splitlines() if line.startswith("def ") and
-             "@_rt.loop_njit(**_OPTS)\n" + line in src]
+    deco = "@_rt.native_njit(**_OPTS)" if native.ENABLED else "@_rt.loop_njit(**_OPTS)"
+    loops = [line for line in src.splitlines() if line.startswith("def ") and deco + "\n" + line in src]
     assert loops, src
     entry = src[src.index("\ndef kernel("):]
     flat = 0
@@ -430,8 +436,9 @@ def test_parallel_chunks_match_serial_and_do_not_depend_on_thread_count():
     x, g = rng.standard_normal((300, 256)), rng.standard_normal(256)
     par = jg.jit_grad(loss, argnums=(0, 1))
     ser = jg.jit_grad(loss, argnums=(0, 1), parallel=False)
-    assert "_rt.parallel_chunks(" in par.lower(x, g).source
-    assert "_rt.parallel_chunks(" not in ser.lower(x, g).source
+    # a compiled entry launches chunk functions, a Python entry's group launches itself
+    assert any(f"_rt.{launch}(" in par.lower(x, g).source for launch in ("parallel_chunks", "parallel_self"))
+    assert not any(f"_rt.{launch}(" in ser.lower(x, g).source for launch in ("parallel_chunks", "parallel_self"))
     v1, g1 = par(x, g)
     v2, g2 = ser(x, g)
     np.testing.assert_allclose(v1, v2, rtol=1e-13)
@@ -459,11 +466,11 @@ def test_a_python_entrys_parallel_group_is_one_function_launching_itself(monkeyp
     f = jg.jit_grad(loss, argnums=(0, 1), wait=True)
     src = f.lower(x, g).source
     assert "calling the compiled loops" in src
-    assert "@_rt.group_njit(" in src and "_rt.parallel_self(" in src
+    deco = "@_rt.native_njit(parallel=True, **_OPTS)" if native.ENABLED else "@_rt.group_njit(**_OPTS)"
+    assert deco in src and "_rt.parallel_self(" in src
     assert "@_rt.chunk_njit(" not in src and "_rt.parallel_chunks(" not in src
     entry = src[src.index("\ndef kernel("):]
-    groups = [ln[4:ln.index("(")] for ln in src.splitlines()
-              if ln.startswith("def ") and "@_rt.group_njit(**_OPTS)\n" + ln in src]
+    groups = [ln[4:ln.index("(")] for ln in src.splitlines() if ln.startswith("def ") and deco + "\n" + ln in src]
     assert groups and all(f"    {name}(-1, 0, " in entry for name in groups)
     v, grads = f(x, g)
     ev, egrads = jg.value_and_grad(loss, argnums=(0, 1))(x, g)
@@ -635,7 +642,7 @@ def test_compiled_code_reshapes_by_c_view_and_python_entries_by_numpy():
     assert em.reshape("x", "n0 * n1") == "_rt.c_view(x, (n0 * n1,))"
 
 
-def test_new_arrays_and_chunk_counts_are_intrinsics_in_compiled_code():
+def test_new_arrays_and_chunk_counts_are_intrinsics_in_compiled_code(monkeypatch):
     # Numba's np.empty, np.full, max and min are overloads compiled again in every process
     from numba import njit
     from jitgraph.codegen import runtime as _rt
@@ -656,6 +663,7 @@ def test_new_arrays_and_chunk_counts_are_intrinsics_in_compiled_code():
         return np.sum(np.tanh(x @ w) ** 2) + np.sum(np.ones((3, 200)) * w[0])
     x = np.cos(np.arange(400 * 200.0)).reshape(400, 200)      # loops large enough for chunks
     w = np.linspace(-1, 1, 200 * 200).reshape(200, 200) / 50
+    monkeypatch.setattr(native, "ENABLED", False)     # a compiled entry (else a Python one)
     src = jg.jit_grad(loss, argnums=1).lower(x, w).source
     assert "_rt.parallel_chunks(" in src and "nch = _max(1, _min(_min(16, " in src
     assert "np.empty(" not in src and "np.full(" not in src and "max(1, min(" not in src

@@ -11,7 +11,8 @@ import pytest
 
 import jitgraph as jg
 from jitgraph import lowering, tiered
-from jitgraph.codegen import compile_server
+from jitgraph.codegen import compile_server, native
+from threads import launches_chunks
 
 RNG = np.random.default_rng(5)
 W = RNG.standard_normal((6, 4))
@@ -140,7 +141,7 @@ def test_serial_first_builds_serially_first_then_threaded(monkeypatch):
                 break
     assert seen == {False, True} or f.ready()      # a serial build served, then the threaded one
     assert f.wait(timeout=600) and f.ready()
-    assert f.lower(W_BIG).program.threads and "_rt.parallel_chunks(" in f.lower(W_BIG).source
+    assert f.lower(W_BIG).program.threads and launches_chunks(f.lower(W_BIG).source)
     assert f.cache_info().traces == 1
 
 
@@ -149,7 +150,7 @@ def test_wait_true_compiles_the_threaded_build_whose_bits_do_not_depend_on_threa
     v0, g0 = f(W_BIG)
     assert f.cache_info().interpreted_calls == 0 and f.ready()
     low = f.lower(W_BIG)
-    assert low.program.threads and "_rt.parallel_chunks(" in low.source and not low.program.upgradable
+    assert low.program.threads and launches_chunks(low.source) and not low.program.upgradable
     monkeypatch.setenv("JITGRAPH_THREADS", "one")
     h = jg.jit_grad(_big_loss, wait=True)
     v1, g1 = h(W_BIG)
@@ -304,6 +305,7 @@ def _compiled_matches_eager(fun, seed, rows=4, cols=5, scale=0.3):
 
 def test_a_python_entry_runs_in_the_compile_server(monkeypatch, cold_cache):
     monkeypatch.setenv("JITGRAPH_REROLL", "0")        # the loop's steps unrolled: a long program
+    monkeypatch.setattr(native, "ENABLED", False)     # its functions compiled by Numba
     runs = _record_answers(monkeypatch, "run_remote")
     f, (w, x) = _compiled_matches_eager(_deep, 7)
     assert runs == [True]
@@ -322,6 +324,7 @@ def _mixed(w, x):
 
 def test_a_python_entry_compiles_on_several_servers(monkeypatch, cold_cache):
     monkeypatch.setenv("JITGRAPH_REROLL", "0")        # the loop's steps unrolled: a long program
+    monkeypatch.setattr(native, "ENABLED", False)     # its functions compiled by Numba
     monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
     runs = []
     real = compile_server.run_remote

@@ -38,3 +38,9 @@ def on_threads(n, fn, *args):
         return fn(*args)
     finally:
         numba.set_num_threads(saved)
+
+
+def launches_chunks(source):
+    """Does generated `source` run loop chunks on Numba's threads: a compiled entry's chunk
+    functions (`parallel_chunks`), or a Python entry's group launching itself (`parallel_self`)?"""
+    return "_rt.parallel_chunks(" in source or "_rt.parallel_self(" in source

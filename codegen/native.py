@@ -1,0 +1,1240 @@
+"""A Python entry's loop functions compiled straight to machine code, without Numba.
+
+A Python entry (emit_cpu: a long program, or one whose steps are heavy) calls one compiled
+function per fused loop group. Numba spends 0.1-0.2 s on each of them, most of it typing
+and lowering its own IR; the functions themselves are a small language: `for` loops over
+`range`, scalar assignments, array loads and stores, arithmetic, comparisons, conditional
+expressions, casts and the math library. This module translates that language's Python
+syntax tree to LLVM IR directly (llvmlite) and has LLVM compile it: about 10-20 ms a
+function, where Numba took 100-200 ms.
+
+`native_njit(noalias, parallel, **options)` decorates such a function. The decorator checks
+the text once (`supported`); a function using anything else is returned as Numba compiles
+it (`loop_njit`, `group_njit` or `njit`), so nothing here must cover every construct. A
+function is compiled on its first call for the argument types of that call, as Numba
+compiles, and again for new types; a call whose types the translation does not cover (an
+int32 array, a reshape of a strided view) runs the function through Numba instead, from
+then on.
+
+Semantics are Numba's, so that both compile the same source to the same values:
+* scalar types follow Numba's rules (float32 op int64 is float64, bool + bool is int64,
+  int / int is float64), checked against Numba in tests/test_native.py;
+* a variable keeps one type: a source assigning it two is left to Numba;
+* integers `//` and `%` floor as Python's do, and a zero divisor gives 0 (NumPy's result);
+* negative indices count from the end (Numba's wraparound), without bounds checks;
+* floating-point instructions carry the function's fastmath flags, as Numba's fastmath pass
+  sets them, and the math library (mathlib's `_ir_*` builders, LLVM's intrinsics, libm) is
+  the same code Numba's kernels call.
+
+Arrays are passed as the NumPy objects themselves: the compiled entry reads their data
+pointer, shape and strides from the array struct and checks their dtype, dimension count and
+(for a C-contiguous variant) contiguity, returning 1 when they do not match, and the Python
+side then compiles the variant the call needs. A parallel group (`parallel=True`, called with
+`ch = -1`) launches its chunks with `_rt.parallel_self` on Numba's threading layer, as the
+Numba-compiled group does (codegen/launch.py: the same chunking, so the same bits on any
+number of threads).
+
+Compiled objects are kept in the disk cache (`<cache>/kernels/__pycache__/native/`) as
+checked files named after the hash of the function's text, its argument types and this
+machine's LLVM target, so a new process loads them in about a millisecond each.
+"""
+import ast
+import ctypes
+import hashlib
+import inspect
+import os
+import textwrap
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from llvmlite import ir
+
+from . import build, mathlib, numba_cache
+from .launch import COMBINE_MAX, COMBINE_PROD, COMBINE_SUM, PARALLEL_OK_SYMBOL, group_njit, loop_njit
+
+F8, F4, I8, B1 = (np.dtype(t) for t in ("float64", "float32", "int64", "bool"))
+_LL = {F8: ir.DoubleType(), F4: ir.FloatType(), I8: ir.IntType(64), B1: ir.IntType(1)}
+_MEM = {F8: ir.DoubleType(), F4: ir.FloatType(), I8: ir.IntType(64), B1: ir.IntType(8)}
+_TYPE_NUMS = {F8: (12,), F4: (11,), I8: (7, 9), B1: (0,)}      # NumPy's type numbers (long, longlong)
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+_I8P = ir.IntType(8).as_pointer()
+NDARRAY_SYMBOL = "jitgraph_ndarray_type"
+# PyArrayObject's fields (NumPy 1.x and 2.x): data, nd, dimensions, strides, descr, flags;
+# PyArray_Descr's type_num
+_DATA, _ND, _DIMS, _STRIDES, _DESCR, _FLAGS, _TYPE_NUM = 16, 24, 32, 40, 56, 64, 28
+_C_CONTIGUOUS = 0x1
+ENABLED = os.environ.get("JITGRAPH_NATIVE", "1") not in ("0", "false", "False", "no")
+MAGIC = b"JGNO1\n"
+DEBUG = os.environ.get("JITGRAPH_NATIVE_DEBUG", "0") not in ("0", "")
+
+
+class Unsupported(Exception):
+    """The function (or this call's argument types) is outside the translated language."""
+
+
+# ---- what the language holds (checked once per function, from its text) -----------------------
+_UNARY_MATH = {"_exp": mathlib._ir_exp, "_expm1": mathlib._ir_expm1, "_tanh": mathlib._ir_tanh,
+               "_ml.log": mathlib._ir_log, "_ml.log1p": mathlib._ir_log1p, "_ml.sin": mathlib._ir_sin,
+               "_ml.cos": mathlib._ir_cos}
+# NumPy's functions, as Numba lowers them for float arguments: an LLVM intrinsic or a libm call
+_INTRINSICS = {"np.sqrt": "llvm.sqrt", "np.floor": "llvm.floor", "np.ceil": "llvm.ceil", "np.trunc": "llvm.trunc",
+               "np.rint": "llvm.rint", "np.exp2": "llvm.exp2", "np.log": "llvm.log", "np.exp": "llvm.exp",
+               "np.sin": "llvm.sin", "np.cos": "llvm.cos", "np.log2": "llvm.log2", "np.log10": "llvm.log10",
+               "abs": "llvm.fabs"}
+_LIBM = {"np.log1p": "log1p", "np.expm1": "expm1", "np.sinh": "sinh", "np.cosh": "cosh", "np.tan": "tan",
+         "np.arctan": "atan", "np.arcsin": "asin", "np.arccos": "acos", "np.arcsinh": "asinh",
+         "np.arccosh": "acosh", "np.arctanh": "atanh"}
+_CASTS = {"np.float64": F8, "np.float32": F4, "np.int64": I8, "np.bool_": B1}
+_CALLS = set(_UNARY_MATH) | set(_INTRINSICS) | set(_LIBM) | set(_CASTS) | {
+    "_max", "_min", "np.isnan", "np.isinf", "np.copysign", "np.fmod", "np.arctan2", "range",
+    "_rt.c_view", "_rt.parallel_self", "_rt.combine_parts"}
+_CONSTANTS = {"np.inf": np.inf, "np.nan": np.nan, "math.inf": np.inf, "math.nan": np.nan, "math.pi": np.pi,
+              "math.e": np.e}
+_NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.For, ast.If, ast.Return,
+          ast.Expr, ast.Pass, ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp,
+          ast.BoolOp, ast.Call, ast.Subscript, ast.Tuple, ast.Attribute, ast.Load, ast.Store,
+          ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd, ast.Not,
+          ast.BitAnd, ast.BitOr, ast.And, ast.Or, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _dotted(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def supported(tree):
+    """Is the function `tree` (an ast.FunctionDef) written in the translated language, as far
+    as its text tells (types are checked when it is compiled)?"""
+    fn = tree
+    args = fn.args
+    if len(fn.decorator_list) > 1 or args.vararg or args.kwarg or args.kwonlyargs or args.defaults \
+            or args.posonlyargs:
+        return False
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]             # a docstring
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if not isinstance(node, _NODES):
+            return False
+        if isinstance(node, ast.Call):
+            if _dotted(node.func) not in _CALLS or node.keywords:
+                return False
+        elif isinstance(node, ast.Attribute):
+            name = _dotted(node)
+            if name not in _CONSTANTS and name not in _CALLS and not (
+                    isinstance(node.value, ast.Name) and node.attr == "shape"):
+                return False
+        elif isinstance(node, ast.For):
+            if node.orelse or not isinstance(node.target, ast.Name) or not (
+                    isinstance(node.iter, ast.Call) and _dotted(node.iter.func) == "range"
+                    and 1 <= len(node.iter.args) <= 3):
+                return False
+            if len(node.iter.args) == 3 and _step(node.iter.args[2]) is None:
+                return False
+        elif isinstance(node, ast.Assign):
+            if len(node.targets) != 1 or not isinstance(node.targets[0], (ast.Name, ast.Subscript)):
+                return False
+        elif isinstance(node, ast.Return):
+            if node.value is not None:
+                return False
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, (bool, int, float, type(Ellipsis))):
+                return False
+    return True
+
+
+def _step(node):
+    """A range's step: a nonzero integer literal (or its negation), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        step = _step(node.operand)
+        return None if step is None else -step
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value != 0:
+        return node.value
+    return None
+
+
+# ---- scalar typing (Numba's rules) ----------------------------------------------------------
+def promote(a, b):
+    """The type Numba computes `a op b` in (+, -, *, and conditional expressions of numbers)."""
+    if a.kind == "f" or b.kind == "f":
+        return F8 if F8 in (a, b) or I8 in (a, b) else F4
+    return I8
+
+
+def unify(a, b):
+    """The type of `x if c else y`, or of _max(x, y) (Numba's unification)."""
+    return B1 if a == b == B1 else promote(a, b)
+
+
+class _Arr:
+    """An array in the function: dtype, ndim, C-contiguous?, and its LLVM data pointer (of
+    its element type), shape and strides (bytes; None where contiguity fixes them)."""
+
+    def __init__(self, dtype, ndim, contig, data=None, shape=(), strides=()):
+        self.dtype, self.ndim, self.contig = dtype, ndim, contig
+        self.data, self.shape, self.strides = data, list(shape), list(strides)
+
+
+def arg_spec(value):
+    """The type of one argument for compiling: ("a", dtype, ndim, contiguous) for an array,
+    ("s", dtype) for a scalar; raises Unsupported for others."""
+    if isinstance(value, np.ndarray):
+        dt = value.dtype
+        if dt not in _LL or not dt.isnative or value.ndim == 0:
+            raise Unsupported(f"array of {dt}, {value.ndim}-d")
+        return ("a", dt, value.ndim, bool(value.flags.c_contiguous))
+    if isinstance(value, (bool, np.bool_)):
+        return ("s", B1)
+    if isinstance(value, (int, np.integer)):
+        return ("s", I8)
+    if isinstance(value, (float, np.float64)):
+        return ("s", F8)
+    if isinstance(value, np.float32):
+        return ("s", F4)
+    raise Unsupported(f"argument of type {type(value).__name__}")
+
+
+# ---- translation ------------------------------------------------------------------------------
+class _Translator:
+    """One function's syntax tree, for one variant of argument types, as an LLVM module."""
+
+    def __init__(self, tree, specs, name, noalias):
+        self.tree, self.specs, self.name, self.noalias = tree, specs, name, noalias
+        self.module = ir.Module(name=name)
+        self.module.triple = llvm.get_process_triple()
+        self.params = [a.arg for a in tree.args.args]
+        if len(self.params) != len(specs):
+            raise Unsupported("argument count")
+
+    # -- functions --
+    def build(self):
+        params = []
+        for spec in self.specs:
+            if spec[0] == "a":
+                _, dt, nd, contig = spec
+                params.append(_MEM[dt].as_pointer())
+                params += [_I64] * (nd if contig else 2 * nd)
+            else:
+                params.append(_LL[spec[1]] if spec[1] != B1 else ir.IntType(8))
+        self.inner_type = ir.FunctionType(ir.VoidType(), params)
+        self.inner = ir.Function(self.module, self.inner_type, f"{self.name}_body")
+        self.inner.linkage = "internal"
+        k = 0
+        for spec in self.specs:
+            if spec[0] == "a":
+                if self.noalias:
+                    self.inner.args[k].add_attribute("noalias")
+                k += 1 + (spec[2] if spec[3] else 2 * spec[2])
+            else:
+                k += 1
+        self._body()
+        self._entry()
+        return self.module
+
+    def _body(self):
+        fn = self.inner
+        entry = fn.append_basic_block("entry")
+        self.allocas = ir.IRBuilder(entry)
+        start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(start)
+        self.vars = {}        # scalar name -> (alloca, dtype)
+        self.arrays = {}      # array name -> _Arr
+        self.depth = 0
+        k = 0
+        for name, spec in zip(self.params, self.specs):
+            if spec[0] == "a":
+                _, dt, nd, contig = spec
+                data = fn.args[k]
+                shape = list(fn.args[k + 1:k + 1 + nd])
+                strides = list(fn.args[k + 1 + nd:k + 1 + 2 * nd]) if not contig else []
+                k += 1 + (nd if contig else 2 * nd)
+                self.arrays[name] = _Arr(dt, nd, contig, data, shape, strides)
+            else:
+                v = fn.args[k]
+                if spec[1] == B1:
+                    v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+                k += 1
+                self._assign(name, v, spec[1])
+        self._block(self.tree.body)
+        if not self.b.block.is_terminated:
+            self.b.ret_void()
+        self.allocas.branch(start)
+
+    def _entry(self):
+        """The function Python calls: i32 (array objects and scalars): reads each array's
+        struct, checks its type, calls the body; 0, or 1 when an argument's type differs."""
+        args = []
+        for spec in self.specs:
+            if spec[0] == "a":
+                args.append(_I8P)
+            else:
+                args.append(_LL[spec[1]] if spec[1] != B1 else ir.IntType(8))
+        fn = ir.Function(self.module, ir.FunctionType(_I32, args), self.name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bad = fn.append_basic_block("bad")
+        ir.IRBuilder(bad).ret(ir.Constant(_I32, 1))
+        nd_type = self.module.globals.get(NDARRAY_SYMBOL) or ir.GlobalVariable(self.module, _I8P, NDARRAY_SYMBOL)
+
+        def field(obj, offset, ty):
+            p = b.gep(obj, [ir.Constant(_I64, offset)])
+            return b.load(b.bitcast(p, ty.as_pointer()))
+
+        def check(cond):
+            ok = fn.append_basic_block("ok")
+            b.cbranch(cond, ok, bad)
+            b.position_at_end(ok)
+
+        call = []
+        for spec, obj in zip(self.specs, fn.args):
+            if spec[0] != "a":
+                call.append(obj)
+                continue
+            _, dt, nd, contig = spec
+            check(b.icmp_unsigned("==", field(obj, 8, _I8P), b.load(nd_type)))
+            check(b.icmp_signed("==", field(obj, _ND, _I32), ir.Constant(_I32, nd)))
+            num = field(field(obj, _DESCR, _I8P), _TYPE_NUM, _I32)
+            ok_num = None
+            for t in _TYPE_NUMS[dt]:
+                c = b.icmp_signed("==", num, ir.Constant(_I32, t))
+                ok_num = c if ok_num is None else b.or_(ok_num, c)
+            check(ok_num)
+            if contig:
+                flags = field(obj, _FLAGS, _I32)
+                check(b.icmp_unsigned("!=", b.and_(flags, ir.Constant(_I32, _C_CONTIGUOUS)), ir.Constant(_I32, 0)))
+            dims = b.bitcast(field(obj, _DIMS, _I8P), _I64.as_pointer())
+            shape = [b.load(b.gep(dims, [ir.Constant(_I64, d)])) for d in range(nd)]
+            call.append(b.bitcast(field(obj, _DATA, _I8P), _MEM[dt].as_pointer()))
+            call += shape
+            if not contig:
+                st = b.bitcast(field(obj, _STRIDES, _I8P), _I64.as_pointer())
+                call += [b.load(b.gep(st, [ir.Constant(_I64, d)])) for d in range(nd)]
+        b.call(self.inner, call)
+        b.ret(ir.Constant(_I32, 0))
+
+    # -- statements --
+    def _block(self, stmts):
+        for s in stmts:
+            if self.b.block.is_terminated:
+                return
+            self._stmt(s)
+
+    def _stmt(self, s):
+        b = self.b
+        if isinstance(s, ast.Assign):
+            target = s.targets[0]
+            if isinstance(target, ast.Name):
+                if isinstance(s.value, ast.Call) and _dotted(s.value.func) == "_rt.c_view":
+                    if self.depth or target.id in self.vars:
+                        raise Unsupported("an array view made in a loop or branch")
+                    self.arrays[target.id] = self._c_view(s.value)
+                    return
+                if target.id in self.arrays:
+                    raise Unsupported(f"{target.id} is an array and a scalar")
+                v, t = self._expr(s.value)
+                self._assign(target.id, v, t)
+            else:
+                self._store(target, s.value)
+        elif isinstance(s, ast.For):
+            self._for(s)
+        elif isinstance(s, ast.If):
+            cond = self._truth(*self._expr(s.test))
+            self.depth += 1
+            with b.if_else(cond) as (then, other):
+                with then:
+                    self._block(s.body)
+                with other:
+                    self._block(s.orelse)
+            self.depth -= 1
+        elif isinstance(s, ast.Return):
+            b.ret_void()
+        elif isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant):
+                return
+            name = _dotted(s.value.func) if isinstance(s.value, ast.Call) else None
+            if name == "_rt.parallel_self":
+                self._parallel_self(s.value)
+            elif name == "_rt.combine_parts":
+                self._combine_parts(s.value)
+            else:
+                raise Unsupported(ast.unparse(s))
+        elif isinstance(s, ast.Pass):
+            return
+        else:
+            raise Unsupported(ast.unparse(s))
+
+    def _assign(self, name, v, t):
+        held = self.vars.get(name)
+        if held is None:
+            slot = self.allocas.alloca(_LL[t], name=name)
+            held = self.vars[name] = (slot, t)
+        elif held[1] != t:
+            raise Unsupported(f"{name} assigned {held[1]} and {t}")
+        self.b.store(v, held[0])
+
+    def _for(self, s):
+        b = self.b
+        args = [self._int(a) for a in s.iter.args[:2]]
+        lo, hi = (ir.Constant(_I64, 0), args[0]) if len(args) == 1 else args
+        step = _step(s.iter.args[2]) if len(s.iter.args) == 3 else 1
+        name = s.target.id
+        if name in self.arrays:
+            raise Unsupported("loop variable shadows an array")
+        if name not in self.vars:
+            self.vars[name] = (self.allocas.alloca(_I64, name=name), I8)
+        elif self.vars[name][1] != I8:
+            raise Unsupported(f"{name} is a loop index and a {self.vars[name][1]}")
+        head = b.append_basic_block("for.head")
+        body = b.append_basic_block("for.body")
+        end = b.append_basic_block("for.end")
+        pre = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(_I64, name=f"{name}.i")
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<" if step > 0 else ">", i, hi), body, end)
+        b.position_at_end(body)
+        b.store(i, self.vars[name][0])
+        self.depth += 1
+        self._block(s.body)
+        self.depth -= 1
+        if not b.block.is_terminated:
+            nxt = b.add(i, ir.Constant(_I64, step), flags=("nsw",))
+            i.add_incoming(nxt, b.block)
+            b.branch(head)
+        b.position_at_end(end)
+        # after the loop, Python's loop variable holds the last value; no generated code reads it
+
+    # -- arrays --
+    def _array(self, node):
+        name = node.id if isinstance(node, ast.Name) else None
+        arr = self.arrays.get(name)
+        if arr is None:
+            raise Unsupported(f"{ast.unparse(node)} is not an array")
+        return arr
+
+    def _c_view(self, call):
+        if len(call.args) != 2 or not isinstance(call.args[1], ast.Tuple):
+            raise Unsupported("c_view")
+        src = self._array(call.args[0])
+        if not src.contig:
+            raise Unsupported("a reshaped strided array")
+        shape = [self._int(e) for e in call.args[1].elts]
+        return _Arr(src.dtype, len(shape), True, src.data, shape)
+
+    def _address(self, arr, index):
+        b = self.b
+        idx = index.elts if isinstance(index, ast.Tuple) else [index]
+        if len(idx) != arr.ndim:
+            raise Unsupported("partial or fancy indexing")
+        zero = ir.Constant(_I64, 0)
+        vals = []
+        for e, dim in zip(idx, arr.shape):
+            v = self._int(e)
+            if not (isinstance(v, ir.Constant) and v.constant >= 0):
+                v = b.select(b.icmp_signed("<", v, zero), b.add(v, dim), v)      # wraparound
+            vals.append(v)
+        if arr.contig:
+            flat = vals[0]
+            for v, dim in zip(vals[1:], arr.shape[1:]):
+                flat = b.add(b.mul(flat, dim), v)
+            return b.gep(arr.data, [flat], inbounds=True)
+        off = None
+        for v, st in zip(vals, arr.strides):
+            t = b.mul(v, st)
+            off = t if off is None else b.add(off, t)
+        p = b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True)
+        return b.bitcast(p, arr.data.type)
+
+    def _load(self, node):
+        arr = self._array(node.value)
+        v = self.b.load(self._address(arr, node.slice))
+        if arr.dtype == B1:
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+        return v, arr.dtype
+
+    def _store(self, target, value):
+        arr = self._array(target.value)
+        if isinstance(target.slice, ast.Constant) and target.slice.value is Ellipsis:
+            self._fill(arr, value)
+            return
+        v, t = self._expr(value)
+        v = self._mem(self._cast(v, t, arr.dtype), arr.dtype)
+        self.b.store(v, self._address(arr, target.slice))
+
+    def _mem(self, v, t):
+        return self.b.zext(v, ir.IntType(8)) if t == B1 else v
+
+    def _fill(self, arr, value):
+        """arr[...] = value: a loop nest over arr's shape."""
+        v, t = self._expr(value)
+        v = self._mem(self._cast(v, t, arr.dtype), arr.dtype)
+        b = self.b
+        idx = []
+
+        def nest(d):
+            if d == arr.ndim:
+                if arr.contig:
+                    flat = idx[0]
+                    for i, dim in zip(idx[1:], arr.shape[1:]):
+                        flat = b.add(b.mul(flat, dim), i)
+                    p = b.gep(arr.data, [flat], inbounds=True)
+                else:
+                    off = None
+                    for i, st in zip(idx, arr.strides):
+                        off = b.mul(i, st) if off is None else b.add(off, b.mul(i, st))
+                    p = b.bitcast(b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True), arr.data.type)
+                b.store(v, p)
+                return
+            with _counted(b, arr.shape[d]) as i:
+                idx.append(i)
+                nest(d + 1)
+                idx.pop()
+        nest(0)
+
+    # -- expressions --
+    def _int(self, node):
+        v, t = self._expr(node)
+        if t != I8:
+            raise Unsupported(f"{ast.unparse(node)} is a {t}, not an integer")
+        return v
+
+    def _truth(self, v, t):
+        b = self.b
+        if t == B1:
+            return v
+        if t.kind == "f":
+            return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+        return b.icmp_signed("!=", v, ir.Constant(v.type, 0))
+
+    def _cast(self, v, src, dst):
+        b = self.b
+        if src == dst:
+            return v
+        lt = _LL[dst]
+        if dst == B1:
+            return self._truth(v, src)
+        if src == B1:
+            return b.uitofp(v, lt) if dst.kind == "f" else b.zext(v, lt)
+        if src.kind == "f" and dst.kind == "f":
+            return b.fpext(v, lt) if dst == F8 else b.fptrunc(v, lt)
+        if src.kind == "f":
+            return b.fptosi(v, lt)
+        if dst.kind == "f":
+            return b.sitofp(v, lt)
+        raise Unsupported(f"cast {src} -> {dst}")
+
+    def _expr(self, node):
+        b = self.b
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool):
+                return ir.Constant(ir.IntType(1), int(v)), B1
+            if isinstance(v, int):
+                if not -2 ** 63 <= v < 2 ** 63:
+                    raise Unsupported("integer literal out of int64's range")
+                return ir.Constant(_I64, v), I8
+            if isinstance(v, float):
+                return ir.Constant(ir.DoubleType(), v), F8
+            raise Unsupported(repr(v))
+        if isinstance(node, ast.Name):
+            if node.id in self.vars:
+                slot, t = self.vars[node.id]
+                return b.load(slot), t
+            raise Unsupported(f"name {node.id}")
+        if isinstance(node, ast.Attribute):
+            name = _dotted(node)
+            if name in _CONSTANTS:
+                return ir.Constant(ir.DoubleType(), _CONSTANTS[name]), F8
+            raise Unsupported(name)
+        if isinstance(node, ast.Subscript):
+            if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+                arr = self._array(node.value.value)
+                if not isinstance(node.slice, ast.Constant) or not 0 <= node.slice.value < arr.ndim:
+                    raise Unsupported("shape index")
+                return arr.shape[node.slice.value], I8
+            return self._load(node)
+        if isinstance(node, ast.BinOp):
+            return self._binop(node.op, *self._expr(node.left), *self._expr(node.right))
+        if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                    and type(node.operand.value) in (int, float):
+                return self._expr(ast.Constant(-node.operand.value))      # -9223372036854775808
+            v, t = self._expr(node.operand)
+            if isinstance(node.op, ast.Not):
+                return b.not_(self._truth(v, t)), B1
+            if isinstance(node.op, ast.UAdd):
+                if t == B1:
+                    raise Unsupported("+bool")
+                return v, t
+            if t == B1:
+                v, t = b.zext(v, _I64), I8
+            return (b.fneg(v) if t.kind == "f" else b.neg(v)), t
+        if isinstance(node, ast.Compare):
+            # a < b < c: (a < b) and (b < c), b evaluated once (both sides: no side effects)
+            left = self._expr(node.left)
+            out = None
+            for op, right in zip(node.ops, node.comparators):
+                right = self._expr(right)
+                c = self._compare(op, *left, *right)
+                out = c if out is None else b.and_(out, c)
+                left = right
+            return out, B1
+        if isinstance(node, ast.BoolOp):
+            return self._boolop(node)
+        if isinstance(node, ast.IfExp):
+            return self._ifexp(node)
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        raise Unsupported(ast.unparse(node))
+
+    def _boolop(self, node):
+        """`a and b` / `a or b` of booleans, short-circuit as in Python (b may read an array
+        at an index a checks)."""
+        b = self.b
+        is_and = isinstance(node.op, ast.And)
+        end = b.append_basic_block("bool.end")
+        incoming = []
+        for k, e in enumerate(node.values):
+            v, t = self._expr(e)
+            if t != B1:
+                raise Unsupported("and/or of non-booleans")
+            if k == len(node.values) - 1:
+                incoming.append((v, b.block))
+                b.branch(end)
+                break
+            nxt = b.append_basic_block("bool.next")
+            incoming.append((v, b.block))
+            if is_and:
+                b.cbranch(v, nxt, end)
+            else:
+                b.cbranch(v, end, nxt)
+            b.position_at_end(nxt)
+        b.position_at_end(end)
+        phi = b.phi(ir.IntType(1))
+        for v, block in incoming:
+            phi.add_incoming(v, block)
+        return phi, B1
+
+    def _ifexp(self, node):
+        """`a if c else b` with branches (an untaken branch may read out of bounds)."""
+        b = self.b
+        cond = self._truth(*self._expr(node.test))
+        then_bb = b.append_basic_block("if.then")
+        else_bb = b.append_basic_block("if.else")
+        end_bb = b.append_basic_block("if.end")
+        b.cbranch(cond, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        v1, t1 = self._expr(node.body)
+        then_end = b.block
+        b.position_at_end(else_bb)
+        v2, t2 = self._expr(node.orelse)
+        else_end = b.block
+        t = unify(t1, t2)
+        b.position_at_end(then_end)
+        v1 = self._cast(v1, t1, t)
+        b.branch(end_bb)
+        then_end = b.block
+        b.position_at_end(else_end)
+        v2 = self._cast(v2, t2, t)
+        b.branch(end_bb)
+        else_end = b.block
+        b.position_at_end(end_bb)
+        phi = b.phi(_LL[t])
+        phi.add_incoming(v1, then_end)
+        phi.add_incoming(v2, else_end)
+        return phi, t
+
+    def _binop(self, op, x, tx, y, ty):
+        b = self.b
+        if isinstance(op, (ast.BitAnd, ast.BitOr)):
+            if tx != B1 or ty != B1:
+                raise Unsupported("bitwise operation of integers")
+            return (b.and_(x, y) if isinstance(op, ast.BitAnd) else b.or_(x, y)), B1
+        if isinstance(op, ast.Div):
+            t = promote(tx, ty) if tx.kind == "f" or ty.kind == "f" else F8
+            return b.fdiv(self._cast(x, tx, t), self._cast(y, ty, t)), t
+        t = promote(tx, ty)
+        x, y = self._cast(x, tx, t), self._cast(y, ty, t)
+        if isinstance(op, ast.Pow):
+            if t.kind != "f" or tx.kind != "f" or ty.kind != "f":
+                raise Unsupported("a power of integers")
+            fn = self.module.declare_intrinsic("llvm.pow", [_LL[t]])
+            return b.call(fn, [x, y]), t
+        if t.kind == "f":
+            if isinstance(op, ast.Mod):
+                return self._float_mod(x, y), t
+            if isinstance(op, ast.FloorDiv):
+                raise Unsupported("floor division of floats")
+            f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul}[type(op)]
+            return f(x, y), t
+        if isinstance(op, (ast.FloorDiv, ast.Mod)):
+            return self._floor_divmod(x, y, isinstance(op, ast.Mod)), t
+        f = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}[type(op)]
+        return f(x, y), t
+
+    def _floor_divmod(self, x, y, mod):
+        """Python's floor division (or remainder) of int64s; a zero divisor gives 0."""
+        b = self.b
+        zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
+        is_zero = b.icmp_signed("==", y, zero)
+        ys = b.select(is_zero, one, y)
+        q = b.sdiv(x, ys)
+        r = b.srem(x, ys)
+        adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, ys), zero))
+        out = b.select(adjust, b.add(r, ys), r) if mod else b.select(adjust, b.sub(q, one), q)
+        return b.select(is_zero, zero, out)
+
+    def _float_mod(self, x, y):
+        """Python's x % y of floats, as Numba computes it (CPython's float_divmod): the
+        remainder takes the divisor's sign; a zero divisor gives NaN."""
+        b = self.b
+        zero = ir.Constant(x.type, 0.0)
+        mod = b.frem(x, y)
+        flip = b.and_(b.fcmp_unordered("!=", mod, zero),
+                      b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))
+        mod = b.select(flip, b.fadd(mod, y), mod)
+        signed_zero = b.select(b.fcmp_ordered("<", y, zero), ir.Constant(x.type, -0.0), zero)
+        mod = b.select(b.fcmp_ordered("==", mod, zero), signed_zero, mod)
+        return b.select(b.fcmp_ordered("==", y, zero), b.frem(x, y), mod)
+
+    def _compare(self, op, x, tx, y, ty):
+        b = self.b
+        t = promote(tx, ty)
+        x, y = self._cast(x, tx, t), self._cast(y, ty, t)
+        sym = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}[type(op)]
+        if t.kind == "f":
+            return b.fcmp_unordered(sym, x, y) if sym == "!=" else b.fcmp_ordered(sym, x, y)
+        return b.icmp_signed(sym, x, y)
+
+    def _call(self, node):
+        b = self.b
+        name = _dotted(node.func)
+        args = node.args
+        if name in _CASTS:
+            if len(args) != 1:
+                raise Unsupported(name)
+            v, t = self._expr(args[0])
+            return self._cast(v, t, _CASTS[name]), _CASTS[name]
+        if name in _UNARY_MATH:
+            v, t = self._expr(args[0])
+            return _UNARY_MATH[name](b, self._cast(v, t, F8)), F8
+        if name in ("_max", "_min"):
+            (x, tx), (y, ty) = (self._expr(a) for a in args)
+            t = unify(tx, ty)
+            x, y = self._cast(x, tx, t), self._cast(y, ty, t)
+            op = ">=" if name == "_max" else "<="
+            if t.kind == "f":
+                keep = b.or_(b.fcmp_ordered(op, x, y), b.fcmp_unordered("!=", x, x))
+            elif t == B1:
+                keep = b.icmp_unsigned(op, x, y)
+            else:
+                keep = b.icmp_signed(op, x, y)
+            return b.select(keep, x, y), t
+        if name == "abs":
+            v, t = self._expr(args[0])
+            if t == B1:
+                raise Unsupported("abs of a bool")
+            if t == I8:
+                return b.select(b.icmp_signed("<", v, ir.Constant(_I64, 0)), b.neg(v), v), I8
+            return b.call(self.module.declare_intrinsic("llvm.fabs", [_LL[t]]), [v]), t
+        if name in _INTRINSICS or name in _LIBM:
+            v, t = self._expr(args[0])
+            t2 = t if t.kind == "f" else F8
+            v = self._cast(v, t, t2)
+            if name in _INTRINSICS:
+                fn = self.module.declare_intrinsic(_INTRINSICS[name], [_LL[t2]])
+            else:
+                fn = self._libm(_LIBM[name], t2, 1)
+            return b.call(fn, [v]), t2
+        if name in ("np.isnan", "np.isinf"):
+            v, t = self._expr(args[0])
+            if t.kind != "f":
+                return ir.Constant(ir.IntType(1), 0), B1
+            if name == "np.isnan":
+                return b.fcmp_unordered("uno", v, v), B1
+            fabs = self.module.declare_intrinsic("llvm.fabs", [_LL[t]])
+            return b.fcmp_ordered("==", b.call(fabs, [v]), ir.Constant(_LL[t], np.inf)), B1
+        if name in ("np.copysign", "np.fmod", "np.arctan2"):
+            (x, tx), (y, ty) = (self._expr(a) for a in args)
+            t = promote(tx, ty)
+            t = t if t.kind == "f" else F8
+            x, y = self._cast(x, tx, t), self._cast(y, ty, t)
+            if name == "np.fmod":
+                return b.frem(x, y), t
+            if name == "np.copysign":
+                fn = self.module.declare_intrinsic("llvm.copysign", [_LL[t]], ir.FunctionType(_LL[t], [_LL[t]] * 2))
+            else:
+                fn = self._libm("atan2", t, 2)
+            return b.call(fn, [x, y]), t
+        raise Unsupported(name)
+
+    def _libm(self, name, t, arity):
+        cname = name + ("f" if t == F4 else "")
+        fn = self.module.globals.get(cname)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(_LL[t], [_LL[t]] * arity), cname)
+        return fn
+
+    # -- parallel groups --
+    def _parallel_self(self, call):
+        """`_rt.parallel_self(<this function>, nch, <its parameters after ch, nch>)`: each
+        chunk ch < nch a call of the body, on Numba's threading layer (codegen/launch.py)."""
+        if len(call.args) != len(self.params) or self.params[:2] != ["ch", "nch"] or \
+                [getattr(a, "id", None) for a in call.args[2:]] != self.params[2:]:
+            raise Unsupported("parallel_self must pass the function's own parameters")
+        nch = self._int(call.args[1])
+        own = list(self.inner.args[2:])
+        launch = self._launcher([v.type for v in own])
+        self.b.call(launch, [nch] + own)
+
+    def _launcher(self, types_):
+        mod = self.module
+        fn = mod.globals.get(f"{self.name}_launch")
+        if fn is not None:
+            return fn
+        fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [_I64] + types_), f"{self.name}_launch")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        data_t = ir.LiteralStructType(list(types_) + [_I64])
+        wty = ir.FunctionType(ir.VoidType(), [_I8P.as_pointer(), _I64.as_pointer(), _I64.as_pointer(), _I8P])
+        wfn = ir.Function(mod, wty, f"{self.name}_chunks")
+        wfn.linkage = "internal"
+        wfn.attributes.add("noinline")
+        wb = ir.IRBuilder(wfn.append_basic_block("entry"))
+        wargs, wdims, _, wdata = wfn.args
+        first = wb.ptrtoint(wb.load(wargs), _I64)
+        count = wb.load(wdims)
+        data = wb.bitcast(wdata, data_t.as_pointer())
+
+        def field(builder, ptr, k):
+            return builder.gep(ptr, [ir.Constant(_I32, 0), ir.Constant(_I32, k)])
+        vals = [wb.load(field(wb, data, k)) for k in range(len(types_))]
+        total = wb.load(field(wb, data, len(types_)))
+        with _counted(wb, count) as i:
+            wb.call(self.inner, [wb.add(first, i), total] + vals)
+        wb.ret_void()
+
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        nch = fn.args[0]
+        data = b.alloca(data_t)
+        for k, v in enumerate(fn.args[1:]):
+            b.store(v, field(b, data, k))
+        b.store(nch, field(b, data, len(types_)))
+        argv = b.alloca(_I8P)
+        b.store(ir.Constant(_I8P, None), argv)
+        dims = b.alloca(_I64)
+        b.store(nch, dims)
+        steps = b.alloca(_I64)
+        b.store(ir.Constant(_I64, 1), steps)
+        wargs = [argv, dims, steps, b.bitcast(data, _I8P)]
+        gnt = ir.Function(mod, ir.FunctionType(_I32, []), "get_num_threads")
+        nthreads = b.sext(b.call(gnt, []), _I64)
+        ok = mod.globals.get(PARALLEL_OK_SYMBOL) or ir.GlobalVariable(mod, _I32, PARALLEL_OK_SYMBOL)
+        serial = b.or_(b.or_(b.icmp_signed("<=", nthreads, ir.Constant(_I64, 1)),
+                             b.icmp_signed("<=", nch, ir.Constant(_I64, 1))),
+                       b.icmp_signed("==", b.load(ok), ir.Constant(_I32, 0)))
+        with b.if_else(serial) as (here, threads):
+            with here:
+                b.call(wfn, wargs)
+            with threads:
+                pfor = ir.Function(mod, ir.FunctionType(ir.VoidType(), [_I8P] * 5 + [_I64] * 3), "numba_parallel_for")
+                b.call(pfor, [b.bitcast(wfn, _I8P)] + [b.bitcast(a, _I8P) for a in wargs]
+                       + [ir.Constant(_I64, 0), ir.Constant(_I64, 1), nthreads])
+        b.ret_void()
+        return fn
+
+    def _combine_parts(self, call):
+        """`_rt.combine_parts(part, nch, out, op)` (runtime.combine_parts), inline: out[q] =
+        part[0, q] op ... op part[nch - 1, q], in chunk order, without fastmath licence."""
+        if len(call.args) != 4 or not isinstance(call.args[3], ast.Constant):
+            raise Unsupported("combine_parts")
+        part, out = (self._c_view(a) if isinstance(a, ast.Call) and _dotted(a.func) == "_rt.c_view"
+                     else self._array(a) for a in (call.args[0], call.args[2]))
+        nch = self._int(call.args[1])
+        op = call.args[3].value
+        if part.ndim != 2 or out.ndim != 1 or part.dtype != out.dtype or not part.contig:
+            raise Unsupported("combine_parts operands")
+        b = self.b
+        t = out.dtype
+        if t == B1:
+            raise Unsupported("combine_parts of booleans")
+
+        def at(arr, idx):
+            if arr.contig:
+                flat = idx[0]
+                for i, dim in zip(idx[1:], arr.shape[1:]):
+                    flat = b.add(b.mul(flat, dim), i)
+                return b.gep(arr.data, [flat], inbounds=True)
+            off = None
+            for i, st in zip(idx, arr.strides):
+                off = b.mul(i, st) if off is None else b.add(off, b.mul(i, st))
+            return b.bitcast(b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True), arr.data.type)
+
+        slot = self.allocas.alloca(_LL[t])
+        with _counted(b, out.shape[0]) as q:
+            b.store(b.load(at(part, [ir.Constant(_I64, 0), q])), slot)
+            with _counted(b, b.sub(nch, ir.Constant(_I64, 1))) as c:
+                v = b.load(slot)
+                p = b.load(at(part, [b.add(c, ir.Constant(_I64, 1)), q]))
+                if op in (COMBINE_SUM, COMBINE_PROD):
+                    if t.kind == "f":
+                        r = (b.fadd if op == COMBINE_SUM else b.fmul)(v, p, flags=("contract",))
+                    else:
+                        r = (b.add if op == COMBINE_SUM else b.mul)(v, p)
+                else:
+                    sym = ">=" if op == COMBINE_MAX else "<="
+                    if t.kind == "f":
+                        keep = b.or_(b.fcmp_ordered(sym, v, p, flags=("contract",)),
+                                     b.fcmp_unordered("!=", v, v, flags=("contract",)))
+                    else:
+                        keep = b.icmp_signed(sym, v, p)
+                    r = b.select(keep, v, p)
+                b.store(r, slot)
+            b.store(b.load(slot), at(out, [q]))
+
+
+class _counted:
+    """`with _counted(builder, n) as i:` a loop of i over range(n) (int64)."""
+
+    def __init__(self, builder, n):
+        self.b, self.n = builder, n
+
+    def __enter__(self):
+        b = self.b
+        self.pre = b.block
+        self.head = b.append_basic_block("loop.head")
+        self.body = b.append_basic_block("loop.body")
+        self.end = b.append_basic_block("loop.end")
+        b.branch(self.head)
+        b.position_at_end(self.head)
+        self.i = b.phi(_I64)
+        self.i.add_incoming(ir.Constant(_I64, 0), self.pre)
+        b.cbranch(b.icmp_signed("<", self.i, self.n), self.body, self.end)
+        b.position_at_end(self.body)
+        return self.i
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:
+            return False
+        b = self.b
+        nxt = b.add(self.i, ir.Constant(_I64, 1), flags=("nsw",))
+        self.i.add_incoming(nxt, b.block)
+        b.branch(self.head)
+        b.position_at_end(self.end)
+        return False
+
+
+def _fast_flags(module, flags):
+    """Numba's fastmath pass: `flags` on every floating-point operation written without any,
+    and on calls returning floats (numba.core.fastmathpass)."""
+    if not flags:
+        return
+    # fneg too (Numba negates with fsub -0.0, x): InstCombine drops the flags of a product it
+    # merges with an unflagged negation, and a division left without `arcp` costs its
+    # reciprocal (an LSTM cell's backward loop ran 1.8x slower)
+    binops = {"fadd", "fsub", "fmul", "fdiv", "frem", "fcmp", "fneg"}
+    for fn in module.functions:
+        for block in fn.blocks:
+            for instr in block.instructions:
+                if instr.opname in binops and not instr.flags:
+                    instr.flags.extend(flags)
+                elif isinstance(instr, ir.CallInstr) and instr.type in (ir.FloatType(), ir.DoubleType()):
+                    for f in flags:
+                        instr.fastmath.add(f)
+
+
+# ---- LLVM: one target machine and one execution engine per process ---------------------------
+_LOCK = threading.RLock()
+_ENGINE = None
+_TM = None
+_LOADED = {}     # symbol -> address
+
+
+def _target():
+    global _TM, _ENGINE
+    if _TM is None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        _TM = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                           features=llvm.get_host_cpu_features().flatten(),
+                                           opt=3, reloc="static", codemodel="jitdefault")
+        llvm.add_symbol(NDARRAY_SYMBOL, ctypes.addressof(_NDARRAY_TYPE))
+        empty = llvm.parse_assembly("")
+        empty.triple = llvm.get_process_triple()
+        _ENGINE = llvm.create_mcjit_compiler(empty, _TM)
+    return _TM
+
+
+_NDARRAY_TYPE = ctypes.c_void_p(id(np.ndarray))
+
+
+def target_stamp():
+    """What compiled objects depend on besides the source: versions and the machine."""
+    return "\0".join((llvmlite.__version__, numba.__version__, np.__version__, llvm.get_process_triple(),
+                      llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), MAGIC.decode()))
+
+
+_STAMP = None
+
+
+def _compile_object(module):
+    tm = _target()
+    mod = llvm.parse_assembly(str(module))
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    # Numba's pipeline: O3's function passes on each function, then a cheap module pipeline
+    # (loops rotated, instructions combined), then O3 with the loop vectorizer (its SLP
+    # vectorizer off, as Numba's default). Without the first round, an LSTM cell's backward
+    # loop divided four times per element where Numba's build divides three times (reciprocals
+    # shared): 1.6x its time.
+    fn_opts = llvm.create_pipeline_tuning_options(speed_level=3)
+    fn_opts.loop_vectorization = False
+    fn_opts.slp_vectorization = False
+    pb = llvm.create_pass_builder(tm, fn_opts)
+    fpm = pb.getFunctionPassManager()
+    for fn in mod.functions:
+        if not fn.is_declaration:
+            fpm.run(fn, pb)
+    cheap = llvm.create_pipeline_tuning_options(speed_level=1)
+    cheap.loop_vectorization = False
+    cheap.slp_vectorization = False
+    pb = llvm.create_pass_builder(tm, cheap)
+    pm = pb.getModulePassManager()
+    pm.add_loop_rotate_pass()
+    pm.add_instruction_combine_pass()
+    pm.add_jump_threading_pass()
+    pm.run(mod, pb)
+    full = llvm.create_pipeline_tuning_options(speed_level=3)
+    full.loop_vectorization = True
+    full.slp_vectorization = False
+    pb = llvm.create_pass_builder(tm, full)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
+
+
+def _load_object(obj, symbol):
+    with _LOCK:
+        addr = _LOADED.get(symbol)
+        if addr is None:
+            _target()
+            _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            _ENGINE.finalize_object()
+            addr = _LOADED[symbol] = _ENGINE.get_function_address(symbol)
+        return addr
+
+
+# ---- the decorated function ---------------------------------------------------------------------
+class NativeFunction:
+    """A generated loop function compiled by `_Translator` per variant of argument types (see
+    the module docstring); `fallback()` is the same function as Numba compiles it."""
+
+    def __init__(self, py_func, tree, noalias, parallel, options):
+        self.py_func = py_func
+        self.__name__ = py_func.__name__
+        self.__module__ = py_func.__module__
+        self.__doc__ = py_func.__doc__
+        self.tree = tree
+        self.noalias, self.parallel, self.options = noalias, parallel, options
+        fastmath = options.get("fastmath") or ()
+        self.fastmath = ("fast",) if fastmath is True else tuple(sorted(fastmath))
+        self.text = ast.unparse(tree)
+        self.variants = {}       # tuple of arg specs -> (ctypes function, check of float scalars)
+        self.compiled = 0        # variants compiled here / loaded from the disk cache
+        self.loaded = 0
+        self._numba = None
+        self.refused = None      # why it compiles with Numba instead (after fallback())
+        self._call = self._first
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<jitgraph native function {self.__name__}>"
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+    def fallback(self, reason=None):
+        """The Numba-compiled function (made once). Its module's name for it becomes Numba's
+        dispatcher: a parallel group launches its chunks on the function that name holds."""
+        if self._numba is None:
+            self.refused = reason
+            if DEBUG:
+                print(f"jitgraph native: {self.__module__}.{self.__name__} compiles with Numba: {reason}")
+            opts = dict(self.options)
+            deco = group_njit(**opts) if self.parallel else loop_njit(**opts) if self.noalias \
+                else numba.njit(**opts)
+            self._numba = deco(self.py_func)
+            if self.py_func.__globals__.get(self.__name__) is self:
+                self.py_func.__globals__[self.__name__] = self._numba
+            if build.cache_enabled() and self.__module__ != "__main__":
+                numba_cache.enable([self._numba], os.path.join(build.cache_dir(), "kernels", "__pycache__"),
+                                   check=build.private_dir)
+        return self._numba
+
+    def _first(self, *args):
+        return self._slow(args)
+
+    def _slow(self, args):
+        args = tuple(a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
+                     for a in args)
+        if self._numba is not None:
+            return self._numba(*args)
+        try:
+            specs = tuple(arg_spec(a) for a in args)
+        except Unsupported as e:
+            self._call = self.fallback(str(e))
+            return self._numba(*args)
+        with self._lock:
+            variant = self.variants.get(specs)
+            if variant is None:
+                try:
+                    variant = self._variant(specs)
+                except Unsupported as e:
+                    self._call = self.fallback(str(e))
+                    return self._numba(*args)
+                self.variants[specs] = variant
+        caller, cfunc = variant
+        self._call = caller
+        if cfunc(*args):
+            raise RuntimeError(f"jitgraph: native function {self.__name__} refused the argument types it "
+                               "was compiled for")
+        return None
+
+    def _key(self, specs):
+        global _STAMP
+        if _STAMP is None:
+            _STAMP = target_stamp()
+        h = hashlib.sha256()
+        for part in (self.text, repr([(s[0], str(s[1])) + tuple(s[2:]) for s in specs]), repr(self.noalias),
+                     repr(self.fastmath), _STAMP):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]
+
+    def _variant(self, specs):
+        key = self._key(specs)
+        symbol = f"jg_native_{key}"
+        obj = _read_cached(key)
+        if obj is None:
+            module = _Translator(self.tree, specs, symbol, self.noalias).build()
+            _fast_flags(module, self.fastmath)
+            obj = _compile_object(module)
+            _write_cached(key, obj, self.text)
+            self.compiled += 1
+        else:
+            self.loaded += 1
+        addr = _load_object(obj, symbol)
+        argtypes = []
+        for s in specs:
+            if s[0] == "a":
+                argtypes.append(ctypes.py_object)
+            else:
+                argtypes.append({F8: ctypes.c_double, F4: ctypes.c_float, I8: ctypes.c_int64,
+                                 B1: ctypes.c_bool}[s[1]])
+        cfunc = ctypes.PYFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
+        return _caller(cfunc, specs, self), cfunc
+
+    # for lowering.py's bookkeeping (compiled here, or loaded from the disk cache)
+    def cached_on_disk(self):
+        """Does the disk cache hold a compiled variant of this function?"""
+        index = _index_path(self.text)
+        return index is not None and os.path.exists(index)
+
+
+# the Python types of each scalar type that arg_spec gives (ctypes converts the others silently)
+_SCALAR_TYPES = {F8: (float, np.float64), F4: (np.float32,), B1: (bool, np.bool_)}
+
+
+def _caller(cfunc, specs, owner):
+    """A Python function calling `cfunc` with these argument specs: the float and boolean
+    scalars' types checked (ctypes would convert them silently), the arrays' by the compiled
+    entry; any mismatch goes back to `owner._slow`."""
+    n = len(specs)
+    names = [f"a{k}" for k in range(n)]
+    checks = [f"type({names[k]}) not in _T{k}" for k, s in enumerate(specs) if s[0] == "s" and s[1] != I8]
+    ns = {"_f": cfunc, "_slow": owner._slow}
+    for k, s in enumerate(specs):
+        if s[0] == "s" and s[1] != I8:
+            ns[f"_T{k}"] = frozenset(_SCALAR_TYPES[s[1]])
+    cond = " or ".join(checks + [f"_f({', '.join(names)})"])
+    src = (f"def call({', '.join(names)}):\n"
+           f"    if {cond}:\n"
+           f"        return _slow(({', '.join(names)},))\n")
+    exec(src, ns)
+    return ns["call"]
+
+
+# ---- disk cache of compiled objects ------------------------------------------------------------
+def _native_dir():
+    if not build.cache_enabled():
+        return None
+    try:
+        kdir = build.private_dir(os.path.join(build.private_dir(build.cache_dir()), "kernels"))
+        return build.private_dir(os.path.join(build.private_dir(os.path.join(kdir, "__pycache__")), "native"))
+    except OSError:
+        return None
+
+
+def _index_path(text):
+    d = _native_dir()
+    if d is None:
+        return None
+    return os.path.join(d, hashlib.sha256(text.encode()).hexdigest()[:32] + ".any")
+
+
+def _read_cached(key):
+    d = _native_dir()
+    if d is None:
+        return None
+    return numba_cache.read_checked(os.path.join(d, key + ".o"), MAGIC, "compiled native loop", "compiling it again")
+
+
+def _write_cached(key, obj, text):
+    """Keep a compiled object, and mark its function as having one (`cached_on_disk`)."""
+    d = _native_dir()
+    if d is None:
+        return
+    path = os.path.join(d, key + ".o")
+    try:
+        build._write(d, path, numba_cache.checked(MAGIC, obj))
+        index = _index_path(text)
+        if not os.path.exists(index):
+            build._write(d, index, b"")
+    except OSError as e:
+        numba_cache.warn_write_failed(path, e)
+
+
+# ---- the decorator --------------------------------------------------------------------------------
+def _function_tree(fn):
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(src).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(tree, ast.FunctionDef):
+        return None
+    tree.decorator_list = []
+    return tree
+
+
+def native_njit(noalias=True, parallel=False, **options):
+    """Decorate a generated loop function: compiled by this module where its text is in the
+    translated language, else by Numba as `loop_njit` (noalias), `group_njit` (parallel) or
+    `njit` compile it."""
+    def decorate(fn):
+        tree = _function_tree(fn) if ENABLED and not numba.config.DISABLE_JIT else None
+        if tree is None or not supported(tree):
+            deco = group_njit(**options) if parallel else loop_njit(**options) if noalias else numba.njit(**options)
+            return deco(fn)
+        return NativeFunction(fn, tree, noalias, parallel, options)
+    return decorate
