@@ -62,13 +62,12 @@ _TYPE_NUMS = {F8: (12,), F4: (11,), I8: (7, 9), B1: (0,)}      # NumPy's type nu
 _I64 = ir.IntType(64)
 _I32 = ir.IntType(32)
 _I8P = ir.IntType(8).as_pointer()
-NDARRAY_SYMBOL = "jitgraph_ndarray_type"
 # PyArrayObject's fields (NumPy 1.x and 2.x): data, nd, dimensions, strides, descr, flags;
 # PyArray_Descr's type_num
 _DATA, _ND, _DIMS, _STRIDES, _DESCR, _FLAGS, _TYPE_NUM = 16, 24, 32, 40, 56, 64, 28
 _C_CONTIGUOUS = 0x1
 ENABLED = os.environ.get("JITGRAPH_NATIVE", "1") not in ("0", "false", "False", "no")
-MAGIC = b"JGNO1\n"
+MAGIC = b"JGNO2\n"
 DEBUG = os.environ.get("JITGRAPH_NATIVE_DEBUG", "0") not in ("0", "")
 
 
@@ -270,36 +269,80 @@ class _Translator:
         self.allocas.branch(start)
 
     def _entry(self):
-        """The function Python calls: i32 (array objects and scalars): reads each array's
-        struct, checks its type, calls the body; 0, or 1 when an argument's type differs."""
-        args = []
-        for spec in self.specs:
-            if spec[0] == "a":
-                args.append(_I8P)
-            else:
-                args.append(_LL[spec[1]] if spec[1] != B1 else ir.IntType(8))
-        fn = ir.Function(self.module, ir.FunctionType(_I32, args), self.name)
+        """The function Python calls, a METH_FASTCALL builtin: PyObject *(self, args, nargs).
+        It reads each array's struct and each scalar object, checks their types, calls the
+        body and returns None; for arguments of other types it returns what the Python
+        callable held in `<name>_slow` returns for them (NativeFunction._slow)."""
+        mod = self.module
+        fn = ir.Function(mod, ir.FunctionType(_I8P, [_I8P, _I8P.as_pointer(), _I64]), self.name)
+        _, argv, nargs = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        bad = fn.append_basic_block("bad")
-        ir.IRBuilder(bad).ret(ir.Constant(_I32, 1))
-        nd_type = self.module.globals.get(NDARRAY_SYMBOL) or ir.GlobalVariable(self.module, _I8P, NDARRAY_SYMBOL)
+        slow_ref = ir.GlobalVariable(mod, _I8P, f"{self.name}_slow")
+        slow_ref.initializer = ir.Constant(_I8P, None)
+        slow = fn.append_basic_block("slow")
+        sb = ir.IRBuilder(slow)
+        vectorcall = _c_function(mod, "PyObject_Vectorcall", _I8P, [_I8P, _I8P.as_pointer(), _I64, _I8P])
+        sb.ret(sb.call(vectorcall, [sb.load(slow_ref), argv, nargs, ir.Constant(_I8P, None)]))
+        failed = fn.append_basic_block("failed")
+        ir.IRBuilder(failed).ret(ir.Constant(_I8P, None))
 
         def field(obj, offset, ty):
-            p = b.gep(obj, [ir.Constant(_I64, offset)])
-            return b.load(b.bitcast(p, ty.as_pointer()))
+            return b.load(b.bitcast(b.gep(obj, [ir.Constant(_I64, offset)]), ty.as_pointer()))
 
         def check(cond):
             ok = fn.append_basic_block("ok")
-            b.cbranch(cond, ok, bad)
+            b.cbranch(cond, ok, slow)
             b.position_at_end(ok)
 
+        def known(name):
+            return b.load(mod.globals.get(name) or ir.GlobalVariable(mod, _I8P, name))
+
+        check(b.icmp_signed("==", nargs, ir.Constant(_I64, len(self.specs))))
         call = []
-        for spec, obj in zip(self.specs, fn.args):
-            if spec[0] != "a":
-                call.append(obj)
+        for k, spec in enumerate(self.specs):
+            obj = b.load(b.gep(argv, [ir.Constant(_I64, k)]))
+            kind = field(obj, 8, _I8P)                   # ob_type
+            if spec[0] == "s":
+                t = spec[1]
+                if t == I8:
+                    # a Python int (PyLong_AsLongLong: OverflowError past int64) or NumPy's int64
+                    is_long = b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["int"]))
+                    check(b.or_(is_long, b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["int64"]))))
+                    with b.if_else(is_long) as (py_int, np_int):
+                        with py_int:
+                            as_long = _c_function(mod, "PyLong_AsLongLong", _I64, [_I8P])
+                            v1 = b.call(as_long, [obj])
+                            bb1 = b.block
+                        with np_int:
+                            v2 = field(obj, 16, _I64)
+                            bb2 = b.block
+                    v = b.phi(_I64)
+                    v.add_incoming(v1, bb1)
+                    v.add_incoming(v2, bb2)
+                    minus_one = b.icmp_signed("==", v, ir.Constant(_I64, -1))
+                    with b.if_then(minus_one):
+                        err = b.call(_c_function(mod, "PyErr_Occurred", _I8P, []), [])
+                        ok = fn.append_basic_block("no_error")
+                        b.cbranch(b.icmp_unsigned("==", err, ir.Constant(_I8P, None)), ok, failed)
+                        b.position_at_end(ok)
+                    call.append(v)
+                elif t == F8:
+                    check(b.or_(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float"])),
+                                b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float64"]))))
+                    call.append(field(obj, 16, _LL[F8]))            # ob_fval, or the scalar's obval
+                elif t == F4:
+                    check(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float32"])))
+                    call.append(field(obj, 16, _LL[F4]))
+                else:
+                    is_true = b.icmp_unsigned("==", obj, known(_TYPE_SYMBOLS["True"]))
+                    is_bool = b.or_(is_true, b.icmp_unsigned("==", obj, known(_TYPE_SYMBOLS["False"])))
+                    check(b.or_(is_bool, b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["bool_"]))))
+                    scalar = b.icmp_unsigned("!=", field(obj, 16, ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
+                    v = b.select(is_bool, is_true, scalar)
+                    call.append(b.zext(v, ir.IntType(8)))
                 continue
             _, dt, nd, contig = spec
-            check(b.icmp_unsigned("==", field(obj, 8, _I8P), b.load(nd_type)))
+            check(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["ndarray"])))
             check(b.icmp_signed("==", field(obj, _ND, _I32), ir.Constant(_I32, nd)))
             num = field(field(obj, _DESCR, _I8P), _TYPE_NUM, _I32)
             ok_num = None
@@ -311,14 +354,15 @@ class _Translator:
                 flags = field(obj, _FLAGS, _I32)
                 check(b.icmp_unsigned("!=", b.and_(flags, ir.Constant(_I32, _C_CONTIGUOUS)), ir.Constant(_I32, 0)))
             dims = b.bitcast(field(obj, _DIMS, _I8P), _I64.as_pointer())
-            shape = [b.load(b.gep(dims, [ir.Constant(_I64, d)])) for d in range(nd)]
             call.append(b.bitcast(field(obj, _DATA, _I8P), _MEM[dt].as_pointer()))
-            call += shape
+            call += [b.load(b.gep(dims, [ir.Constant(_I64, d)])) for d in range(nd)]
             if not contig:
                 st = b.bitcast(field(obj, _STRIDES, _I8P), _I64.as_pointer())
                 call += [b.load(b.gep(st, [ir.Constant(_I64, d)])) for d in range(nd)]
         b.call(self.inner, call)
-        b.ret(ir.Constant(_I32, 0))
+        none = known(_TYPE_SYMBOLS["None"])
+        b.call(_c_function(mod, "Py_IncRef", ir.VoidType(), [_I8P]), [none])
+        b.ret(none)
 
     # -- statements --
     def _block(self, stmts):
@@ -902,6 +946,21 @@ class _Translator:
             b.store(b.load(slot), at(out, [q]))
 
 
+def _c_function(module, name, ret, args):
+    """A function of the C API (resolved in the process when the object is loaded)."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+# objects the compiled entries compare arguments with, as symbols holding their addresses
+_TYPE_OBJECTS = {"ndarray": np.ndarray, "float": float, "float64": np.float64, "float32": np.float32,
+                 "int": int, "int64": np.int64, "bool_": np.bool_, "True": True, "False": False, "None": None}
+_TYPE_SYMBOLS = {k: f"jitgraph_object_{k}" for k in _TYPE_OBJECTS}
+_TYPE_CELLS = {k: ctypes.c_void_p(id(v)) for k, v in _TYPE_OBJECTS.items()}
+
+
 class _counted:
     """`with _counted(builder, n) as i:` a loop of i over range(n) (int64)."""
 
@@ -968,14 +1027,14 @@ def _target():
         _TM = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                            features=llvm.get_host_cpu_features().flatten(),
                                            opt=3, reloc="static", codemodel="jitdefault")
-        llvm.add_symbol(NDARRAY_SYMBOL, ctypes.addressof(_NDARRAY_TYPE))
+        for key, cell in _TYPE_CELLS.items():
+            llvm.add_symbol(_TYPE_SYMBOLS[key], ctypes.addressof(cell))
         empty = llvm.parse_assembly("")
         empty.triple = llvm.get_process_triple()
         _ENGINE = llvm.create_mcjit_compiler(empty, _TM)
     return _TM
 
 
-_NDARRAY_TYPE = ctypes.c_void_p(id(np.ndarray))
 
 
 def target_stamp():
@@ -1024,14 +1083,39 @@ def _compile_object(module):
 
 
 def _load_object(obj, symbol):
+    """(entry address, address of its `_slow` global) of a compiled object, loaded once."""
     with _LOCK:
-        addr = _LOADED.get(symbol)
-        if addr is None:
+        addrs = _LOADED.get(symbol)
+        if addrs is None:
             _target()
             _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(obj))
             _ENGINE.finalize_object()
-            addr = _LOADED[symbol] = _ENGINE.get_function_address(symbol)
-        return addr
+            addrs = _LOADED[symbol] = (_ENGINE.get_function_address(symbol),
+                                       _ENGINE.get_global_value_address(f"{symbol}_slow"))
+        return addrs
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
+                ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_FASTCALL = 0x0080
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.restype = ctypes.py_object
+_new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+
+
+class _Variant:
+    """A loaded variant: `call`, the builtin function of its compiled entry, with the method
+    table and the Python objects its compiled code points to kept alive here."""
+
+    def __init__(self, addr, slow_addr, name, slow):
+        self.slow = slow               # the compiled entry holds its address (the `_slow` global)
+        ctypes.c_void_p.from_address(slow_addr).value = id(slow)
+        self.name = name.encode()
+        self.method = _MethodDef(self.name, addr, _METH_FASTCALL, None)
+        self.call = _new_builtin(ctypes.addressof(self.method), None, None)
 
 
 # ---- the decorated function ---------------------------------------------------------------------
@@ -1085,10 +1169,13 @@ class NativeFunction:
         return self._slow(args)
 
     def _slow(self, args):
-        args = tuple(a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
-                     for a in args)
+        """A call the current variant's entry refused (or the first): the variant of these
+        argument types, compiled or loaded, called. Arguments are made canonical first (an
+        ndarray subclass as its base class, other NumPy integers as Python ints), so that
+        the variant's own checks accept them; a refusal then would be a bug, not a loop."""
         if self._numba is not None:
             return self._numba(*args)
+        args = tuple(_canonical(a) for a in args)
         try:
             specs = tuple(arg_spec(a) for a in args)
         except Unsupported as e:
@@ -1103,12 +1190,15 @@ class NativeFunction:
                     self._call = self.fallback(str(e))
                     return self._numba(*args)
                 self.variants[specs] = variant
-        caller, cfunc = variant
-        self._call = caller
-        if cfunc(*args):
+        self._call = variant.call
+        if getattr(_REFUSALS, "depth", 0):
             raise RuntimeError(f"jitgraph: native function {self.__name__} refused the argument types it "
                                "was compiled for")
-        return None
+        _REFUSALS.depth = 1
+        try:
+            return variant.call(*args)
+        finally:
+            _REFUSALS.depth = 0
 
     def _key(self, specs):
         global _STAMP
@@ -1133,16 +1223,8 @@ class NativeFunction:
             self.compiled += 1
         else:
             self.loaded += 1
-        addr = _load_object(obj, symbol)
-        argtypes = []
-        for s in specs:
-            if s[0] == "a":
-                argtypes.append(ctypes.py_object)
-            else:
-                argtypes.append({F8: ctypes.c_double, F4: ctypes.c_float, I8: ctypes.c_int64,
-                                 B1: ctypes.c_bool}[s[1]])
-        cfunc = ctypes.PYFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
-        return _caller(cfunc, specs, self), cfunc
+        addr, slow_addr = _load_object(obj, symbol)
+        return _Variant(addr, slow_addr, self.__name__, lambda *args: self._slow(args))
 
     # for lowering.py's bookkeeping (compiled here, or loaded from the disk cache)
     def cached_on_disk(self):
@@ -1151,27 +1233,17 @@ class NativeFunction:
         return index is not None and os.path.exists(index)
 
 
-# the Python types of each scalar type that arg_spec gives (ctypes converts the others silently)
-_SCALAR_TYPES = {F8: (float, np.float64), F4: (np.float32,), B1: (bool, np.bool_)}
+_REFUSALS = threading.local()      # inside _slow's call of a variant (a refusal there is a bug)
 
 
-def _caller(cfunc, specs, owner):
-    """A Python function calling `cfunc` with these argument specs: the float and boolean
-    scalars' types checked (ctypes would convert them silently), the arrays' by the compiled
-    entry; any mismatch goes back to `owner._slow`."""
-    n = len(specs)
-    names = [f"a{k}" for k in range(n)]
-    checks = [f"type({names[k]}) not in _T{k}" for k, s in enumerate(specs) if s[0] == "s" and s[1] != I8]
-    ns = {"_f": cfunc, "_slow": owner._slow}
-    for k, s in enumerate(specs):
-        if s[0] == "s" and s[1] != I8:
-            ns[f"_T{k}"] = frozenset(_SCALAR_TYPES[s[1]])
-    cond = " or ".join(checks + [f"_f({', '.join(names)})"])
-    src = (f"def call({', '.join(names)}):\n"
-           f"    if {cond}:\n"
-           f"        return _slow(({', '.join(names)},))\n")
-    exec(src, ns)
-    return ns["call"]
+def _canonical(a):
+    """An argument as compiled entries take it: an ndarray subclass as an ndarray, a NumPy
+    integer other than int64 as a Python int."""
+    if isinstance(a, np.ndarray):
+        return a if type(a) is np.ndarray else a.view(np.ndarray)
+    if isinstance(a, np.integer) and type(a) is not np.int64:
+        return int(a)
+    return a
 
 
 # ---- disk cache of compiled objects ------------------------------------------------------------

@@ -107,6 +107,11 @@ def parallel_group(ch, nch, n0, va, vo, vs_part, vs):
     vs_part[ch] = acc
 
 
+def scalars(n0, flag, scale, va):
+    for i in range(n0):
+        va[i] = va[i] * scale if flag else -va[i]
+
+
 def calls_unknown(n0, va):
     for i in range(n0):
         va[i] = len(va)
@@ -135,5 +140,6 @@ nat_f32, nb_f32 = _pair(float32_sums, dict(noalias=False, **_OPTS), njit(**_OPTS
 parallel_group = _rt.group_njit(**_OPTS)(parallel_group)
 nb_parallel = parallel_group
 nat_parallel = _rt.native_njit(parallel=True, **_OPTS)(parallel_group.py_func)
+nat_scalars, nb_scalars = _pair(scalars, dict(noalias=False, **_OPTS), njit(**_OPTS))
 nat_unknown = _rt.native_njit(noalias=False, **_OPTS)(calls_unknown)
 nat_mixed = _rt.native_njit(noalias=False, **_OPTS)(mixed_types)

@@ -176,6 +176,21 @@ def test_types_outside_the_language_run_through_numba():
         native.arg_spec(np.zeros(3, np.int32))
 
 
+def test_scalar_arguments_of_every_python_and_numpy_type():
+    """Python and NumPy scalars alike (ints of any width, bools, float64 and float32, which
+    types the arithmetic as Numba does); an int past int64 raises as Numba's call does."""
+    calls = [(3, True, 2.0), (np.int64(3), np.bool_(True), np.float64(2.5)), (np.int32(3), False, 2.0),
+             (3, np.bool_(False), np.float32(1.1)), (3, True, np.float32(1.1))]
+    for dt in (np.float64, np.float32):
+        for n, flag, scale in calls:
+            (got, ref), = _both(nc.nat_scalars, nc.nb_scalars, n, flag, scale, np.linspace(-1, 1, 5).astype(dt),
+                                out=(3,))
+            _same(got, ref)
+    assert nc.nat_scalars.refused is None and len(nc.nat_scalars.variants) >= 4
+    with pytest.raises(OverflowError):
+        nc.nat_scalars(2 ** 70, True, 1.0, np.zeros(3))
+
+
 def test_a_new_argument_type_compiles_a_new_variant():
     f = nc.nat_reductions
     for dt in (np.float64, np.float32):
