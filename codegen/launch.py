@@ -134,16 +134,28 @@ def parallel_self(typingctx, fn, nch, *args):
 
 
 def _launcher(context, mod, callee, callsig, val_types, packer):
-    """The module's launcher of one chunk function: void(intp nch, the arguments as Numba
-    passes them), built once per module and chunk function. A call site only calls it.
-    (Building the argument block at every call site instead made LLVM's function passes
-    quadratic in the stores: a kernel of 60 launches of 22 arrays compiled in 6.7 s against
-    2.9 s.)"""
-    name = callee.name
-    intp = context.get_value_type(types.intp)
+    """The module's launcher of one Numba-compiled chunk function: void(intp nch, the
+    arguments as Numba passes them), built once per module and chunk function. A call site
+    only calls it. (Building the argument block at every call site instead made LLVM's
+    function passes quadratic in the stores: a kernel of 60 launches of 22 arrays compiled in
+    6.7 s against 2.9 s.)"""
+    def call_chunk(builder, ch, nch, vals):
+        context.call_conv.call_function(builder, callee, callsig.return_type, callsig.args,
+                                        [ch, nch] + vals, attrs=("noinline",))
+    return build_launcher(mod, f"jg_launch_{callee.name}", f"jg_chunks_{callee.name}",
+                          context.get_value_type(types.intp), list(packer.argument_types), val_types,
+                          packer.from_arguments, call_chunk)
+
+
+def build_launcher(mod, name, chunks_name, intp, arg_types, val_types, unpack, call_chunk):
+    """The launcher `name` in module `mod` (made once; later calls return it): void(intp nch,
+    *arg_types). `unpack(builder, args)` gives, from its arguments after nch, the values (of
+    `val_types`) every chunk receives; `call_chunk(builder, ch, nch, values)` calls the chunk
+    function. On one thread, with one chunk or in a forked child (`_PARALLEL_OK`), the chunks
+    run on the calling thread, else on the threading layer's `parallel_for`. Numba-compiled
+    kernels (`_launcher`) and natively compiled groups (codegen/native.py) both launch this way."""
     i8p = ir.IntType(8).as_pointer()
-    lfn = cgutils.get_or_insert_function(
-        mod, ir.FunctionType(ir.VoidType(), [intp] + list(packer.argument_types)), f"jg_launch_{name}")
+    lfn = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [intp] + list(arg_types)), name)
     if not lfn.is_declaration:
         return lfn
     lfn.linkage = "internal"
@@ -156,7 +168,7 @@ def _launcher(context, mod, callee, callsig, val_types, packer):
     # function is inlined into its caller, so the workers and the calling thread (on
     # one thread) run the same instructions: the same bits.
     wty = ir.FunctionType(ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
-    wfn = cgutils.get_or_insert_function(mod, wty, f"jg_chunks_{name}")
+    wfn = cgutils.get_or_insert_function(mod, wty, chunks_name)
     if wfn.is_declaration:
         wfn.linkage = "internal"
         wfn.attributes.add("noinline")
@@ -168,14 +180,13 @@ def _launcher(context, mod, callee, callsig, val_types, packer):
         vals = [wb.load(_field(wb, data, k)) for k in range(len(val_types))]
         total = wb.load(_field(wb, data, len(val_types)))
         with cgutils.for_range(wb, count) as loop:
-            context.call_conv.call_function(wb, callee, callsig.return_type, callsig.args,
-                                            [wb.add(first, loop.index), total] + vals, attrs=("noinline",))
+            call_chunk(wb, wb.add(first, loop.index), total, vals)
         wb.ret_void()
 
     b = ir.IRBuilder(lfn.append_basic_block("entry"))
     nch = lfn.args[0]
     data = cgutils.alloca_once(b, data_t)
-    for k, v in enumerate(packer.from_arguments(b, lfn.args[1:])):
+    for k, v in enumerate(unpack(b, lfn.args[1:])):
         b.store(v, _field(b, data, k))
     b.store(nch, _field(b, data, len(val_types)))
     argv = cgutils.alloca_once(b, i8p)

@@ -51,9 +51,12 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import cgutils
+
+from jitgraph._version import __version__
 
 from . import build, mathlib, numba_cache
-from .launch import COMBINE_MAX, COMBINE_PROD, COMBINE_SUM, PARALLEL_OK_SYMBOL, group_njit, loop_njit
+from .launch import COMBINE_MAX, COMBINE_PROD, COMBINE_SUM, build_launcher, group_njit, loop_njit
 
 F8, F4, I8, B1 = (np.dtype(t) for t in ("float64", "float32", "int64", "bool"))
 _LL = {F8: ir.DoubleType(), F4: ir.FloatType(), I8: ir.IntType(64), B1: ir.IntType(1)}
@@ -82,14 +85,13 @@ _UNARY_MATH = {"_exp": mathlib._ir_exp, "_expm1": mathlib._ir_expm1, "_tanh": ma
 # NumPy's functions, as Numba lowers them for float arguments: an LLVM intrinsic or a libm call
 _INTRINSICS = {"np.sqrt": "llvm.sqrt", "np.floor": "llvm.floor", "np.ceil": "llvm.ceil", "np.trunc": "llvm.trunc",
                "np.rint": "llvm.rint", "np.exp2": "llvm.exp2", "np.log": "llvm.log", "np.exp": "llvm.exp",
-               "np.sin": "llvm.sin", "np.cos": "llvm.cos", "np.log2": "llvm.log2", "np.log10": "llvm.log10",
-               "abs": "llvm.fabs"}
+               "np.sin": "llvm.sin", "np.cos": "llvm.cos", "np.log2": "llvm.log2", "np.log10": "llvm.log10"}
 _LIBM = {"np.log1p": "log1p", "np.expm1": "expm1", "np.sinh": "sinh", "np.cosh": "cosh", "np.tan": "tan",
          "np.arctan": "atan", "np.arcsin": "asin", "np.arccos": "acos", "np.arcsinh": "asinh",
          "np.arccosh": "acosh", "np.arctanh": "atanh"}
 _CASTS = {"np.float64": F8, "np.float32": F4, "np.int64": I8, "np.bool_": B1}
 _CALLS = set(_UNARY_MATH) | set(_INTRINSICS) | set(_LIBM) | set(_CASTS) | {
-    "_max", "_min", "np.isnan", "np.isinf", "np.copysign", "np.fmod", "np.arctan2", "range",
+    "_max", "_min", "abs", "np.isnan", "np.isinf", "np.copysign", "np.fmod", "np.arctan2", "range",
     "_rt.c_view", "_rt.parallel_self", "_rt.combine_parts"}
 _CONSTANTS = {"np.inf": np.inf, "np.nan": np.nan, "math.inf": np.inf, "math.nan": np.nan, "math.pi": np.pi,
               "math.e": np.e}
@@ -176,7 +178,7 @@ def unify(a, b):
 
 class _Arr:
     """An array in the function: dtype, ndim, C-contiguous?, and its LLVM data pointer (of
-    its element type), shape and strides (bytes; None where contiguity fixes them)."""
+    its element type), shape and strides (bytes; empty where contiguity fixes them)."""
 
     def __init__(self, dtype, ndim, contig, data=None, shape=(), strides=()):
         self.dtype, self.ndim, self.contig = dtype, ndim, contig
@@ -227,14 +229,6 @@ class _Translator:
         self.inner_type = ir.FunctionType(ir.VoidType(), params)
         self.inner = ir.Function(self.module, self.inner_type, f"{self.name}_body")
         self.inner.linkage = "internal"
-        k = 0
-        for spec in self.specs:
-            if spec[0] == "a":
-                if self.noalias:
-                    self.inner.args[k].add_attribute("noalias")
-                k += 1 + (spec[2] if spec[3] else 2 * spec[2])
-            else:
-                k += 1
         self._body()
         self._entry()
         return self.module
@@ -253,6 +247,8 @@ class _Translator:
             if spec[0] == "a":
                 _, dt, nd, contig = spec
                 data = fn.args[k]
+                if self.noalias:
+                    data.add_attribute("noalias")
                 shape = list(fn.args[k + 1:k + 1 + nd])
                 strides = list(fn.args[k + 1 + nd:k + 1 + 2 * nd]) if not contig else []
                 k += 1 + (nd if contig else 2 * nd)
@@ -486,17 +482,7 @@ class _Translator:
             if not (isinstance(v, ir.Constant) and v.constant >= 0):
                 v = b.select(b.icmp_signed("<", v, zero), b.add(v, dim), v)      # wraparound
             vals.append(v)
-        if arr.contig:
-            flat = vals[0]
-            for v, dim in zip(vals[1:], arr.shape[1:]):
-                flat = b.add(b.mul(flat, dim), v)
-            return b.gep(arr.data, [flat], inbounds=True)
-        off = None
-        for v, st in zip(vals, arr.strides):
-            t = b.mul(v, st)
-            off = t if off is None else b.add(off, t)
-        p = b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True)
-        return b.bitcast(p, arr.data.type)
+        return _element(b, arr, vals)
 
     def _load(self, node):
         arr = self._array(node.value)
@@ -526,20 +512,10 @@ class _Translator:
 
         def nest(d):
             if d == arr.ndim:
-                if arr.contig:
-                    flat = idx[0]
-                    for i, dim in zip(idx[1:], arr.shape[1:]):
-                        flat = b.add(b.mul(flat, dim), i)
-                    p = b.gep(arr.data, [flat], inbounds=True)
-                else:
-                    off = None
-                    for i, st in zip(idx, arr.strides):
-                        off = b.mul(i, st) if off is None else b.add(off, b.mul(i, st))
-                    p = b.bitcast(b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True), arr.data.type)
-                b.store(v, p)
+                b.store(v, _element(b, arr, idx))
                 return
-            with _counted(b, arr.shape[d]) as i:
-                idx.append(i)
+            with cgutils.for_range(b, arr.shape[d]) as loop:
+                idx.append(loop.index)
                 nest(d + 1)
                 idx.pop()
         nest(0)
@@ -840,64 +816,12 @@ class _Translator:
             raise Unsupported("parallel_self must pass the function's own parameters")
         nch = self._int(call.args[1])
         own = list(self.inner.args[2:])
-        launch = self._launcher([v.type for v in own])
+
+        def call_chunk(builder, ch, total, vals):
+            builder.call(self.inner, [ch, total] + vals)
+        launch = build_launcher(self.module, f"{self.name}_launch", f"{self.name}_chunks", _I64,
+                                [v.type for v in own], [v.type for v in own], lambda b, args: args, call_chunk)
         self.b.call(launch, [nch] + own)
-
-    def _launcher(self, types_):
-        mod = self.module
-        fn = mod.globals.get(f"{self.name}_launch")
-        if fn is not None:
-            return fn
-        fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [_I64] + types_), f"{self.name}_launch")
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        data_t = ir.LiteralStructType(list(types_) + [_I64])
-        wty = ir.FunctionType(ir.VoidType(), [_I8P.as_pointer(), _I64.as_pointer(), _I64.as_pointer(), _I8P])
-        wfn = ir.Function(mod, wty, f"{self.name}_chunks")
-        wfn.linkage = "internal"
-        wfn.attributes.add("noinline")
-        wb = ir.IRBuilder(wfn.append_basic_block("entry"))
-        wargs, wdims, _, wdata = wfn.args
-        first = wb.ptrtoint(wb.load(wargs), _I64)
-        count = wb.load(wdims)
-        data = wb.bitcast(wdata, data_t.as_pointer())
-
-        def field(builder, ptr, k):
-            return builder.gep(ptr, [ir.Constant(_I32, 0), ir.Constant(_I32, k)])
-        vals = [wb.load(field(wb, data, k)) for k in range(len(types_))]
-        total = wb.load(field(wb, data, len(types_)))
-        with _counted(wb, count) as i:
-            wb.call(self.inner, [wb.add(first, i), total] + vals)
-        wb.ret_void()
-
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        nch = fn.args[0]
-        data = b.alloca(data_t)
-        for k, v in enumerate(fn.args[1:]):
-            b.store(v, field(b, data, k))
-        b.store(nch, field(b, data, len(types_)))
-        argv = b.alloca(_I8P)
-        b.store(ir.Constant(_I8P, None), argv)
-        dims = b.alloca(_I64)
-        b.store(nch, dims)
-        steps = b.alloca(_I64)
-        b.store(ir.Constant(_I64, 1), steps)
-        wargs = [argv, dims, steps, b.bitcast(data, _I8P)]
-        gnt = ir.Function(mod, ir.FunctionType(_I32, []), "get_num_threads")
-        nthreads = b.sext(b.call(gnt, []), _I64)
-        ok = mod.globals.get(PARALLEL_OK_SYMBOL) or ir.GlobalVariable(mod, _I32, PARALLEL_OK_SYMBOL)
-        serial = b.or_(b.or_(b.icmp_signed("<=", nthreads, ir.Constant(_I64, 1)),
-                             b.icmp_signed("<=", nch, ir.Constant(_I64, 1))),
-                       b.icmp_signed("==", b.load(ok), ir.Constant(_I32, 0)))
-        with b.if_else(serial) as (here, threads):
-            with here:
-                b.call(wfn, wargs)
-            with threads:
-                pfor = ir.Function(mod, ir.FunctionType(ir.VoidType(), [_I8P] * 5 + [_I64] * 3), "numba_parallel_for")
-                b.call(pfor, [b.bitcast(wfn, _I8P)] + [b.bitcast(a, _I8P) for a in wargs]
-                       + [ir.Constant(_I64, 0), ir.Constant(_I64, 1), nthreads])
-        b.ret_void()
-        return fn
 
     def _combine_parts(self, call):
         """`_rt.combine_parts(part, nch, out, op)` (runtime.combine_parts), inline: out[q] =
@@ -915,23 +839,13 @@ class _Translator:
         if t == B1:
             raise Unsupported("combine_parts of booleans")
 
-        def at(arr, idx):
-            if arr.contig:
-                flat = idx[0]
-                for i, dim in zip(idx[1:], arr.shape[1:]):
-                    flat = b.add(b.mul(flat, dim), i)
-                return b.gep(arr.data, [flat], inbounds=True)
-            off = None
-            for i, st in zip(idx, arr.strides):
-                off = b.mul(i, st) if off is None else b.add(off, b.mul(i, st))
-            return b.bitcast(b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True), arr.data.type)
-
         slot = self.allocas.alloca(_LL[t])
-        with _counted(b, out.shape[0]) as q:
-            b.store(b.load(at(part, [ir.Constant(_I64, 0), q])), slot)
-            with _counted(b, b.sub(nch, ir.Constant(_I64, 1))) as c:
+        with cgutils.for_range(b, out.shape[0]) as row:
+            q = row.index
+            b.store(b.load(_element(b, part, [ir.Constant(_I64, 0), q])), slot)
+            with cgutils.for_range(b, nch, start=ir.Constant(_I64, 1)) as chunk:
                 v = b.load(slot)
-                p = b.load(at(part, [b.add(c, ir.Constant(_I64, 1)), q]))
+                p = b.load(_element(b, part, [chunk.index, q]))
                 if op in (COMBINE_SUM, COMBINE_PROD):
                     if t.kind == "f":
                         r = (b.fadd if op == COMBINE_SUM else b.fmul)(v, p, flags=("contract",))
@@ -946,7 +860,22 @@ class _Translator:
                         keep = b.icmp_signed(sym, v, p)
                     r = b.select(keep, v, p)
                 b.store(r, slot)
-            b.store(b.load(slot), at(out, [q]))
+            b.store(b.load(slot), _element(b, out, [q]))
+
+
+def _element(b, arr, idx):
+    """The address of arr[idx] (an int64 per axis, nonnegative): a flat index into a
+    C-contiguous array, else a byte offset from its strides."""
+    if arr.contig:
+        flat = idx[0]
+        for i, dim in zip(idx[1:], arr.shape[1:]):
+            flat = b.add(b.mul(flat, dim), i)
+        return b.gep(arr.data, [flat], inbounds=True)
+    off = None
+    for i, st in zip(idx, arr.strides):
+        t = b.mul(i, st)
+        off = t if off is None else b.add(off, t)
+    return b.bitcast(b.gep(b.bitcast(arr.data, _I8P), [off], inbounds=True), arr.data.type)
 
 
 def _c_function(module, name, ret, args):
@@ -962,37 +891,6 @@ _TYPE_OBJECTS = {"ndarray": np.ndarray, "float": float, "float64": np.float64, "
                  "int": int, "int64": np.int64, "bool_": np.bool_, "True": True, "False": False, "None": None}
 _TYPE_SYMBOLS = {k: f"jitgraph_object_{k}" for k in _TYPE_OBJECTS}
 _TYPE_CELLS = {k: ctypes.c_void_p(id(v)) for k, v in _TYPE_OBJECTS.items()}
-
-
-class _counted:
-    """`with _counted(builder, n) as i:` a loop of i over range(n) (int64)."""
-
-    def __init__(self, builder, n):
-        self.b, self.n = builder, n
-
-    def __enter__(self):
-        b = self.b
-        self.pre = b.block
-        self.head = b.append_basic_block("loop.head")
-        self.body = b.append_basic_block("loop.body")
-        self.end = b.append_basic_block("loop.end")
-        b.branch(self.head)
-        b.position_at_end(self.head)
-        self.i = b.phi(_I64)
-        self.i.add_incoming(ir.Constant(_I64, 0), self.pre)
-        b.cbranch(b.icmp_signed("<", self.i, self.n), self.body, self.end)
-        b.position_at_end(self.body)
-        return self.i
-
-    def __exit__(self, *exc):
-        if exc[0] is not None:
-            return False
-        b = self.b
-        nxt = b.add(self.i, ir.Constant(_I64, 1), flags=("nsw",))
-        self.i.add_incoming(nxt, b.block)
-        b.branch(self.head)
-        b.position_at_end(self.end)
-        return False
 
 
 def _fast_flags(module, flags):
@@ -1041,9 +939,14 @@ def _target():
 
 
 def target_stamp():
-    """What compiled objects depend on besides the source: versions and the machine."""
-    return "\0".join((llvmlite.__version__, numba.__version__, np.__version__, llvm.get_process_triple(),
-                      llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), MAGIC.decode()))
+    """What compiled objects depend on besides the source: versions, this translator's code
+    and the helpers' it emits (mathlib's builders, launch.py's launcher; numba_cache's
+    HELPERS_STAMP), and the machine."""
+    with open(__file__, "rb") as f:
+        own = hashlib.sha256(f.read()).hexdigest()[:16]
+    return "\0".join((llvmlite.__version__, numba.__version__, np.__version__, __version__, own,
+                      numba_cache.HELPERS_STAMP, llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                      llvm.get_host_cpu_features().flatten(), MAGIC.decode()))
 
 
 _STAMP = None
