@@ -86,7 +86,12 @@ NJIT_ENTRY_MAX_STEPS = 48
 # as much compile. Control flow keeps a compiled entry (a scanned LSTM's steps ran 1.25x
 # slower from Python).
 ENTRY_MAX_LINES = 300
-PY_ENTRY_STEP_S = 5e-6        # a Python step's cost (calling a compiled function with its arrays)
+PY_ENTRY_STEP_S = 5e-6        # a Python step's cost: a library op's (a Numba helper's typed call)
+# ... a loop group's, calling its native function (codegen/native.py: 0.1-0.2 us in C for 15
+# arrays, the rest Python's call); the compiled entry pays Numba's dispatch instead, once per
+# call (w5, one loop: 1.5 us per call from a Python entry, 2.1 us from a compiled one)
+PY_ENTRY_NATIVE_STEP_S = 0.5e-6
+COMPILED_ENTRY_CALL_S = 2e-6
 PY_ENTRY_MAX_SHARE = 0.05     # of the program's estimated time
 EST_LOOP_FLOPS = 4e9          # rates of the time estimate: fused loops (flop/s) ...
 EST_LIBRARY_FLOPS = 40e9      # ... and BLAS/LAPACK products and factorizations
@@ -141,9 +146,10 @@ def estimated_seconds(graph):
     return loop / EST_LOOP_FLOPS + library / EST_LIBRARY_FLOPS
 
 
-# ops whose lowering in a compiled entry does more than a Python entry's: a float64 solve with
-# many right-hand sides runs in column blocks on Numba's threads (ops_linalg)
-COMPILED_ENTRY_OPS = frozenset({"solve_triangular"})
+# ops whose lowering in a compiled entry does more than a Python entry's (none now: a float64
+# solve with many right-hand sides runs in column blocks on Numba's threads from either entry,
+# ops_linalg; the GP's Python entry had taken 1.3x its compiled entry's time without them)
+COMPILED_ENTRY_OPS = frozenset()
 
 
 def compiled_entry_ops(graph):
@@ -157,7 +163,9 @@ def python_entry_pays(graph, part):
     cost at most PY_ENTRY_MAX_SHARE of its estimated time, and no control flow?"""
     if any(PRIMS[n.op].kind == "control" for n in graph.nodes if n.op not in ("input", "const")):
         return False
-    return len(part.steps) * PY_ENTRY_STEP_S <= PY_ENTRY_MAX_SHARE * estimated_seconds(graph)
+    loops = sum(isinstance(step, Group) for step in part.steps) if native.ENABLED else 0
+    cost = loops * PY_ENTRY_NATIVE_STEP_S + (len(part.steps) - loops) * PY_ENTRY_STEP_S
+    return cost <= PY_ENTRY_MAX_SHARE * estimated_seconds(graph) + COMPILED_ENTRY_CALL_S
 
 
 def chunk_count(limit, extent, most=MAX_CHUNKS):

@@ -42,6 +42,7 @@ import ast
 import ctypes
 import hashlib
 import inspect
+import linecache
 import os
 import textwrap
 import threading
@@ -55,7 +56,7 @@ from numba.core import cgutils
 
 from jitgraph._version import __version__
 
-from . import build, mathlib, numba_cache
+from . import blas, build, mathlib, numba_cache
 from .launch import COMBINE_MAX, COMBINE_PROD, COMBINE_SUM, build_launcher, group_njit, loop_njit
 
 F8, F4, I8, B1 = (np.dtype(t) for t in ("float64", "float32", "int64", "bool"))
@@ -70,7 +71,7 @@ _I8P = ir.IntType(8).as_pointer()
 _DATA, _ND, _DIMS, _STRIDES, _DESCR, _FLAGS, _TYPE_NUM = 16, 24, 32, 40, 56, 64, 28
 _C_CONTIGUOUS = 0x1
 ENABLED = os.environ.get("JITGRAPH_NATIVE", "1") not in ("0", "false", "False", "no")
-MAGIC = b"JGNO2\n"
+MAGIC = b"JGNO3\n"
 DEBUG = os.environ.get("JITGRAPH_NATIVE_DEBUG", "0") not in ("0", "")
 
 
@@ -92,7 +93,7 @@ _LIBM = {"np.log1p": "log1p", "np.expm1": "expm1", "np.sinh": "sinh", "np.cosh":
 _CASTS = {"np.float64": F8, "np.float32": F4, "np.int64": I8, "np.bool_": B1}
 _CALLS = set(_UNARY_MATH) | set(_INTRINSICS) | set(_LIBM) | set(_CASTS) | {
     "_max", "_min", "abs", "np.isnan", "np.isinf", "np.copysign", "np.fmod", "np.arctan2", "range",
-    "_rt.c_view", "_rt.parallel_self", "_rt.combine_parts"}
+    "_rt.c_view", "_rt.parallel_self", "_rt.combine_parts", "_rt.blas_threads_local"}
 _CONSTANTS = {"np.inf": np.inf, "np.nan": np.nan, "math.inf": np.inf, "math.nan": np.nan, "math.pi": np.pi,
               "math.e": np.e}
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.For, ast.If, ast.Return,
@@ -127,12 +128,13 @@ def supported(tree):
         if not isinstance(node, _NODES):
             return False
         if isinstance(node, ast.Call):
-            if _dotted(node.func) not in _CALLS or node.keywords:
+            name = _dotted(node.func)
+            if not (name in _CALLS or _external_name(name)) or node.keywords:
                 return False
         elif isinstance(node, ast.Attribute):
             name = _dotted(node)
             if name not in _CONSTANTS and name not in _CALLS and not (
-                    isinstance(node.value, ast.Name) and node.attr == "shape"):
+                    isinstance(node.value, ast.Name) and node.attr in ("shape", "ctypes")):
                 return False
         elif isinstance(node, ast.For):
             if node.orelse or not isinstance(node.target, ast.Name) or not (
@@ -151,6 +153,12 @@ def supported(tree):
             if not isinstance(node.value, (bool, int, float, type(Ellipsis))):
                 return False
     return True
+
+
+def _external_name(name):
+    """Is `name` a module's name for a compiled C routine (a LAPACK routine of linalg_runtime,
+    declared as a Numba external function: ops_linalg's `_la_<routine>_<dtype>`)?"""
+    return name is not None and name.startswith("_la_")
 
 
 def _step(node):
@@ -208,10 +216,11 @@ def arg_spec(value):
 class _Translator:
     """One function's syntax tree, for one variant of argument types, as an LLVM module."""
 
-    def __init__(self, tree, specs, name, noalias):
+    def __init__(self, tree, specs, name, noalias, globals_=None):
         self.tree, self.specs, self.name, self.noalias = tree, specs, name, noalias
+        self.globals = globals_ or {}        # the module's names (for its compiled routines)
         self.module = ir.Module(name=name)
-        self.module.triple = llvm.get_process_triple()
+        self.module.triple = _triple()
         self.params = [a.arg for a in tree.args.args]
         if len(self.params) != len(specs):
             raise Unsupported("argument count")
@@ -266,97 +275,54 @@ class _Translator:
 
     def _entry(self):
         """The function Python calls, a METH_FASTCALL builtin: PyObject *(self, args, nargs).
-        It reads each array's struct and each scalar object, checks their types, calls the
-        body and returns None; for arguments of other types it returns what the Python
-        callable held in `<name>_slow` returns for them (NativeFunction._slow)."""
+        The process's argument reader (`_reader_module`) reads each array's struct and each
+        scalar object into a buffer, checking their types against this variant's codes; the
+        entry then calls the body with the buffer's values and returns None. For arguments of
+        other types it returns what the Python callable held in `<name>_slow` returns for them
+        (NativeFunction._slow). One shared reader, not straight-line checks per argument here:
+        those were half of every function's optimized IR and of its compile time."""
         mod = self.module
         fn = ir.Function(mod, ir.FunctionType(_I8P, [_I8P, _I8P.as_pointer(), _I64]), self.name)
         _, argv, nargs = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        slow_ref = ir.GlobalVariable(mod, _I8P, f"{self.name}_slow")
-        slow_ref.initializer = ir.Constant(_I8P, None)
+        codes, slots = _arg_codes(self.specs)
+        table = ir.GlobalVariable(mod, ir.ArrayType(_I32, len(codes)), f"{self.name}_codes")
+        table.initializer = ir.Constant(ir.ArrayType(_I32, len(codes)), codes)
+        table.global_constant = True
+        table.linkage = "internal"
+        buf = b.alloca(_I64, size=ir.Constant(_I64, max(slots, 1)))
+        reader = _c_function(mod, READER, _I32, [_I8P.as_pointer(), _I64, _I32.as_pointer(), _I64, _I64.as_pointer()])
+        status = b.call(reader, [argv, nargs, b.bitcast(table, _I32.as_pointer()),
+                                 ir.Constant(_I64, len(self.specs)), buf])
         slow = fn.append_basic_block("slow")
         sb = ir.IRBuilder(slow)
+        slow_ref = ir.GlobalVariable(mod, _I8P, f"{self.name}_slow")
+        slow_ref.initializer = ir.Constant(_I8P, None)
         vectorcall = _c_function(mod, "PyObject_Vectorcall", _I8P, [_I8P, _I8P.as_pointer(), _I64, _I8P])
         sb.ret(sb.call(vectorcall, [sb.load(slow_ref), argv, nargs, ir.Constant(_I8P, None)]))
         failed = fn.append_basic_block("failed")
         ir.IRBuilder(failed).ret(ir.Constant(_I8P, None))
+        ok = fn.append_basic_block("ok")
+        switch = b.switch(status, failed)
+        switch.add_case(ir.Constant(_I32, 0), ok)
+        switch.add_case(ir.Constant(_I32, 1), slow)
+        b.position_at_end(ok)
 
-        def field(obj, offset, ty):
-            return b.load(b.bitcast(b.gep(obj, [ir.Constant(_I64, offset)]), ty.as_pointer()))
+        slot = iter(range(slots))
 
-        def check(cond):
-            ok = fn.append_basic_block("ok")
-            b.cbranch(cond, ok, slow)
-            b.position_at_end(ok)
+        def value(ty):
+            return b.load(b.bitcast(b.gep(buf, [ir.Constant(_I64, next(slot))]), ty.as_pointer()))
 
-        def known(name):
-            return b.load(mod.globals.get(name) or ir.GlobalVariable(mod, _I8P, name))
-
-        check(b.icmp_signed("==", nargs, ir.Constant(_I64, len(self.specs))))
         call = []
-        for k, spec in enumerate(self.specs):
-            obj = b.load(b.gep(argv, [ir.Constant(_I64, k)]))
-            kind = field(obj, 8, _I8P)                   # ob_type
+        for spec in self.specs:
             if spec[0] == "s":
-                t = spec[1]
-                if t == I8:
-                    # a Python int (PyLong_AsLongLong: OverflowError past int64) or NumPy's int64
-                    is_long = b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["int"]))
-                    check(b.or_(is_long, b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["int64"]))))
-                    with b.if_else(is_long) as (py_int, np_int):
-                        with py_int:
-                            as_long = _c_function(mod, "PyLong_AsLongLong", _I64, [_I8P])
-                            v1 = b.call(as_long, [obj])
-                            bb1 = b.block
-                        with np_int:
-                            v2 = field(obj, 16, _I64)
-                            bb2 = b.block
-                    v = b.phi(_I64)
-                    v.add_incoming(v1, bb1)
-                    v.add_incoming(v2, bb2)
-                    minus_one = b.icmp_signed("==", v, ir.Constant(_I64, -1))
-                    with b.if_then(minus_one):
-                        err = b.call(_c_function(mod, "PyErr_Occurred", _I8P, []), [])
-                        ok = fn.append_basic_block("no_error")
-                        b.cbranch(b.icmp_unsigned("==", err, ir.Constant(_I8P, None)), ok, failed)
-                        b.position_at_end(ok)
-                    call.append(v)
-                elif t == F8:
-                    check(b.or_(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float"])),
-                                b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float64"]))))
-                    call.append(field(obj, 16, _LL[F8]))            # ob_fval, or the scalar's obval
-                elif t == F4:
-                    check(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["float32"])))
-                    call.append(field(obj, 16, _LL[F4]))
-                else:
-                    is_true = b.icmp_unsigned("==", obj, known(_TYPE_SYMBOLS["True"]))
-                    is_bool = b.or_(is_true, b.icmp_unsigned("==", obj, known(_TYPE_SYMBOLS["False"])))
-                    check(b.or_(is_bool, b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["bool_"]))))
-                    scalar = b.icmp_unsigned("!=", field(obj, 16, ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
-                    v = b.select(is_bool, is_true, scalar)
-                    call.append(b.zext(v, ir.IntType(8)))
+                call.append(value(_LL[spec[1]] if spec[1] != B1 else ir.IntType(8)))
                 continue
             _, dt, nd, contig = spec
-            check(b.icmp_unsigned("==", kind, known(_TYPE_SYMBOLS["ndarray"])))
-            check(b.icmp_signed("==", field(obj, _ND, _I32), ir.Constant(_I32, nd)))
-            num = field(field(obj, _DESCR, _I8P), _TYPE_NUM, _I32)
-            ok_num = None
-            for t in _TYPE_NUMS[dt]:
-                c = b.icmp_signed("==", num, ir.Constant(_I32, t))
-                ok_num = c if ok_num is None else b.or_(ok_num, c)
-            check(ok_num)
-            if contig:
-                flags = field(obj, _FLAGS, _I32)
-                check(b.icmp_unsigned("!=", b.and_(flags, ir.Constant(_I32, _C_CONTIGUOUS)), ir.Constant(_I32, 0)))
-            dims = b.bitcast(field(obj, _DIMS, _I8P), _I64.as_pointer())
-            call.append(b.bitcast(field(obj, _DATA, _I8P), _MEM[dt].as_pointer()))
-            call += [b.load(b.gep(dims, [ir.Constant(_I64, d)])) for d in range(nd)]
-            if not contig:
-                st = b.bitcast(field(obj, _STRIDES, _I8P), _I64.as_pointer())
-                call += [b.load(b.gep(st, [ir.Constant(_I64, d)])) for d in range(nd)]
+            call.append(value(_MEM[dt].as_pointer()))
+            call += [value(_I64) for _ in range(nd if contig else 2 * nd)]
         b.call(self.inner, call)
-        none = known(_TYPE_SYMBOLS["None"])
+        none = b.load(mod.globals.get(_TYPE_SYMBOLS["None"]) or ir.GlobalVariable(mod, _I8P, _TYPE_SYMBOLS["None"]))
         b.call(_c_function(mod, "Py_IncRef", ir.VoidType(), [_I8P]), [none])
         b.ret(none)
 
@@ -404,6 +370,8 @@ class _Translator:
                 self._parallel_self(s.value)
             elif name == "_rt.combine_parts":
                 self._combine_parts(s.value)
+            elif name == "_rt.blas_threads_local" or _external_name(name):
+                self._call(s.value)
             else:
                 raise Unsupported(ast.unparse(s))
         elif isinstance(s, ast.Pass):
@@ -798,7 +766,51 @@ class _Translator:
             else:
                 fn = self._libm("atan2", t, 2)
             return b.call(fn, [x, y]), t
+        if name == "_rt.blas_threads_local":
+            # blas.py's symbol: int set(int), the calling thread's BLAS thread count
+            (v, t), = (self._expr(a) for a in args)
+            fn = _c_function(self.module, blas.SYMBOL, _I32, [_I32])
+            return b.sext(b.call(fn, [b.trunc(self._cast(v, t, I8), _I32)]), _I64), I8
+        if _external_name(name):
+            return self._external(name, args)
         raise Unsupported(name)
+
+    def _external(self, name, args):
+        """A call of a compiled C routine through its symbol (a Numba external function of the
+        module: the symbol is registered when the module declares it, before any call):
+        arrays' `.ctypes` go in as their data pointers, numbers converted to its parameter
+        types; its integer status comes back as an int64."""
+        fn = self.globals.get(name)
+        if not isinstance(fn, numba.core.types.ExternalFunction):
+            raise Unsupported(f"{name} is not a compiled routine")
+        sig = fn.sig
+        if len(args) != len(sig.args):
+            raise Unsupported(f"{name}: argument count")
+        lowered = {numba.types.voidptr: _I8P, numba.types.int64: _I64, numba.types.intc: _I32,
+                   numba.types.float64: ir.DoubleType()}
+        if sig.return_type not in (numba.types.int64, numba.types.intc) \
+                or any(t not in lowered for t in sig.args):
+            raise Unsupported(f"{name}: signature {sig}")
+        b = self.b
+        values = []
+        for a, t in zip(args, sig.args):
+            if t == numba.types.voidptr:
+                if not (isinstance(a, ast.Attribute) and a.attr == "ctypes" and isinstance(a.value, ast.Name)):
+                    raise Unsupported(f"{name}: a pointer argument other than an array's .ctypes")
+                arr = self._array(a.value)
+                if not arr.contig:
+                    raise Unsupported(f"{name}: a strided array's pointer")
+                values.append(b.bitcast(arr.data, _I8P))
+                continue
+            v, vt = self._expr(a)
+            if t == numba.types.float64:
+                values.append(self._cast(v, vt, F8))
+            else:
+                v = self._cast(v, vt, I8)
+                values.append(v if t == numba.types.int64 else b.trunc(v, _I32))
+        ret = lowered[sig.return_type]
+        result = b.call(_c_function(self.module, fn.symbol, ret, [lowered[t] for t in sig.args]), values)
+        return (result if ret == _I64 else b.sext(result, _I64)), I8
 
     def _libm(self, name, t, arity):
         cname = name + ("f" if t == F4 else "")
@@ -893,6 +905,151 @@ _TYPE_SYMBOLS = {k: f"jitgraph_object_{k}" for k in _TYPE_OBJECTS}
 _TYPE_CELLS = {k: ctypes.c_void_p(id(v)) for k, v in _TYPE_OBJECTS.items()}
 
 
+# ---- the argument reader: one function per process, shared by every compiled entry -----------
+READER = "jitgraph_native_read_args"
+# argument kinds in a variant's code table (4 int32 per argument: kind, ndim, two type numbers)
+_K_INT, _K_F8, _K_F4, _K_BOOL, _K_ARRAY, _K_CARRAY = range(6)
+_SCALAR_KINDS = {I8: _K_INT, F8: _K_F8, F4: _K_F4, B1: _K_BOOL}
+
+
+def _arg_codes(specs):
+    """(code table, buffer slots) of a variant: what the reader checks and reads per argument.
+    A scalar fills one 8-byte slot (read back as its own type), an array its data pointer,
+    then its shape, then (strided) its strides."""
+    codes, slots = [], 0
+    for spec in specs:
+        if spec[0] == "s":
+            codes += [_SCALAR_KINDS[spec[1]], 0, 0, 0]
+            slots += 1
+            continue
+        _, dt, nd, contig = spec
+        nums = _TYPE_NUMS[dt]
+        codes += [_K_CARRAY if contig else _K_ARRAY, nd, nums[0], nums[-1]]
+        slots += 1 + (nd if contig else 2 * nd)
+    return codes, slots
+
+
+def _reader_module():
+    """int32 read(PyObject **argv, int64 nargs, int32 *codes, int64 n, int64 *out): 0 when the
+    n arguments match their codes (their values then in `out`), 1 when one does not (the
+    caller hands them to Python), 2 when reading one raised (an int past int64)."""
+    mod = ir.Module(name=READER)
+    mod.triple = llvm.get_process_triple()
+    i8 = ir.IntType(8)
+    fn = ir.Function(mod, ir.FunctionType(_I32, [_I8P.as_pointer(), _I64, _I32.as_pointer(), _I64,
+                                                 _I64.as_pointer()]), READER)
+    argv, nargs, codes, n, out = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    mismatch = fn.append_basic_block("mismatch")
+    ir.IRBuilder(mismatch).ret(ir.Constant(_I32, 1))
+    raised = fn.append_basic_block("raised")
+    ir.IRBuilder(raised).ret(ir.Constant(_I32, 2))
+    slot_var = b.alloca(_I64)
+    b.store(ir.Constant(_I64, 0), slot_var)
+
+    def known(name):
+        g = mod.globals.get(_TYPE_SYMBOLS[name]) or ir.GlobalVariable(mod, _I8P, _TYPE_SYMBOLS[name])
+        return b.load(g)
+
+    def field(obj, offset, ty):
+        return b.bitcast(b.gep(obj, [ir.Constant(_I64, offset)]), ty.as_pointer())
+
+    def check(cond):
+        ok = fn.append_basic_block("ok")
+        b.cbranch(cond, ok, mismatch)
+        b.position_at_end(ok)
+
+    def slot_ptr(offset, ty):
+        return b.bitcast(b.gep(out, [b.add(b.load(slot_var), offset)]), ty.as_pointer())
+
+    check(b.icmp_signed("==", nargs, n))
+    with cgutils.for_range(b, n) as loop:
+        k = loop.index
+        obj = b.load(b.gep(argv, [k]))
+        kind_of = b.load(field(obj, 8, _I8P))                    # ob_type
+        code = [b.load(b.gep(codes, [b.add(b.mul(k, ir.Constant(_I64, 4)), ir.Constant(_I64, j))]))
+                for j in range(4)]
+        kind, nd32, num_a, num_b = code
+        nd = b.sext(nd32, _I64)
+        done = fn.append_basic_block("next")
+        cases = {kd: fn.append_basic_block(f"kind{kd}") for kd in range(6)}
+        switch = b.switch(kind, mismatch)
+        for kd, block in cases.items():
+            switch.add_case(ir.Constant(_I32, kd), block)
+        one = ir.Constant(_I64, 1)
+
+        # a Python int (PyLong_AsLongLong: OverflowError past int64) or NumPy's int64
+        b.position_at_end(cases[_K_INT])
+        is_long = b.icmp_unsigned("==", kind_of, known("int"))
+        check(b.or_(is_long, b.icmp_unsigned("==", kind_of, known("int64"))))
+        with b.if_else(is_long) as (py_int, np_int):
+            with py_int:
+                v1 = b.call(_c_function(mod, "PyLong_AsLongLong", _I64, [_I8P]), [obj])
+                bb1 = b.block
+            with np_int:
+                v2 = b.load(field(obj, 16, _I64))
+                bb2 = b.block
+        v = b.phi(_I64)
+        v.add_incoming(v1, bb1)
+        v.add_incoming(v2, bb2)
+        with b.if_then(b.icmp_signed("==", v, ir.Constant(_I64, -1))):
+            err = b.call(_c_function(mod, "PyErr_Occurred", _I8P, []), [])
+            no_error = fn.append_basic_block("no_error")
+            b.cbranch(b.icmp_unsigned("==", err, ir.Constant(_I8P, None)), no_error, raised)
+            b.position_at_end(no_error)
+        b.store(v, slot_ptr(ir.Constant(_I64, 0), _I64))
+        b.store(b.add(b.load(slot_var), one), slot_var)
+        b.branch(done)
+
+        # a Python float (ob_fval) or NumPy's float64 (its obval), both at offset 16
+        b.position_at_end(cases[_K_F8])
+        check(b.or_(b.icmp_unsigned("==", kind_of, known("float")),
+                    b.icmp_unsigned("==", kind_of, known("float64"))))
+        b.store(b.load(field(obj, 16, ir.DoubleType())), slot_ptr(ir.Constant(_I64, 0), ir.DoubleType()))
+        b.store(b.add(b.load(slot_var), one), slot_var)
+        b.branch(done)
+
+        b.position_at_end(cases[_K_F4])
+        check(b.icmp_unsigned("==", kind_of, known("float32")))
+        b.store(b.load(field(obj, 16, ir.FloatType())), slot_ptr(ir.Constant(_I64, 0), ir.FloatType()))
+        b.store(b.add(b.load(slot_var), one), slot_var)
+        b.branch(done)
+
+        b.position_at_end(cases[_K_BOOL])
+        is_true = b.icmp_unsigned("==", obj, known("True"))
+        is_bool = b.or_(is_true, b.icmp_unsigned("==", obj, known("False")))
+        check(b.or_(is_bool, b.icmp_unsigned("==", kind_of, known("bool_"))))
+        scalar = b.icmp_unsigned("!=", b.load(field(obj, 16, i8)), ir.Constant(i8, 0))
+        b.store(b.zext(b.select(is_bool, is_true, scalar), i8), slot_ptr(ir.Constant(_I64, 0), i8))
+        b.store(b.add(b.load(slot_var), one), slot_var)
+        b.branch(done)
+
+        for kd in (_K_ARRAY, _K_CARRAY):
+            b.position_at_end(cases[kd])
+            check(b.icmp_unsigned("==", kind_of, known("ndarray")))
+            check(b.icmp_signed("==", b.load(field(obj, _ND, _I32)), nd32))
+            num = b.load(field(b.load(field(obj, _DESCR, _I8P)), _TYPE_NUM, _I32))
+            check(b.or_(b.icmp_signed("==", num, num_a), b.icmp_signed("==", num, num_b)))
+            if kd == _K_CARRAY:
+                flags = b.load(field(obj, _FLAGS, _I32))
+                check(b.icmp_unsigned("!=", b.and_(flags, ir.Constant(_I32, _C_CONTIGUOUS)), ir.Constant(_I32, 0)))
+            b.store(b.load(field(obj, _DATA, _I8P)), slot_ptr(ir.Constant(_I64, 0), _I8P))
+            dims = b.bitcast(b.load(field(obj, _DIMS, _I8P)), _I64.as_pointer())
+            with cgutils.for_range(b, nd) as d:
+                b.store(b.load(b.gep(dims, [d.index])), slot_ptr(b.add(d.index, one), _I64))
+            if kd == _K_ARRAY:
+                strides = b.bitcast(b.load(field(obj, _STRIDES, _I8P)), _I64.as_pointer())
+                with cgutils.for_range(b, nd) as d:
+                    b.store(b.load(b.gep(strides, [d.index])), slot_ptr(b.add(b.add(d.index, nd), one), _I64))
+                b.store(b.add(b.load(slot_var), b.add(b.add(nd, nd), one)), slot_var)
+            else:
+                b.store(b.add(b.load(slot_var), b.add(nd, one)), slot_var)
+            b.branch(done)
+        b.position_at_end(done)
+    b.ret(ir.Constant(_I32, 0))
+    return mod
+
+
 def _fast_flags(module, flags):
     """Numba's fastmath pass: `flags` on every floating-point operation written without any,
     and on calls returning floats (numba.core.fastmathpass)."""
@@ -917,6 +1074,17 @@ _LOCK = threading.RLock()
 _ENGINE = None
 _TM = None
 _LOADED = {}     # symbol -> address
+
+
+_TRIPLE = None
+
+
+def _triple():
+    """The process's target triple (asked of LLVM once)."""
+    global _TRIPLE
+    if _TRIPLE is None:
+        _TRIPLE = llvm.get_process_triple()
+    return _TRIPLE
 
 
 def _target():
@@ -950,6 +1118,13 @@ def target_stamp():
 
 
 _STAMP = None
+
+
+def _stamp():
+    global _STAMP
+    if _STAMP is None:
+        _STAMP = target_stamp()
+    return _STAMP
 
 
 def _pass_builder(tm, speed, loop_vectorize):
@@ -987,12 +1162,30 @@ def _compile_object(module):
     return tm.emit_object(mod)
 
 
+def _load_reader():
+    """Load the argument reader (compiled once per machine, kept in the disk cache) and make
+    its symbol known to the objects loaded after it."""
+    if READER in _LOADED:
+        return
+    key = hashlib.sha256(("reader\0" + _stamp()).encode()).hexdigest()[:32]
+    obj = _read_cached(key)
+    if obj is None:
+        obj = _compile_object(_reader_module())
+        _write_cached(key, obj)
+    _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    _ENGINE.finalize_object()
+    addr = _ENGINE.get_function_address(READER)
+    llvm.add_symbol(READER, addr)
+    _LOADED[READER] = addr
+
+
 def _load_object(obj, symbol):
     """(entry address, address of its `_slow` global) of a compiled object, loaded once."""
     with _LOCK:
         addrs = _LOADED.get(symbol)
         if addrs is None:
             _target()
+            _load_reader()
             _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(obj))
             _ENGINE.finalize_object()
             addrs = _LOADED[symbol] = (_ENGINE.get_function_address(symbol),
@@ -1037,7 +1230,7 @@ class NativeFunction:
         self.noalias, self.parallel, self.options = noalias, parallel, options
         fastmath = options.get("fastmath") or ()
         self.fastmath = ("fast",) if fastmath is True else tuple(sorted(fastmath))
-        self.text = ast.unparse(tree)
+        self._text = None
         self.variants = {}       # tuple of arg specs -> (ctypes function, check of float scalars)
         self.compiled = 0        # variants compiled here / loaded from the disk cache
         self.loaded = 0
@@ -1048,6 +1241,13 @@ class NativeFunction:
 
     def __repr__(self):
         return f"<jitgraph native function {self.__name__}>"
+
+    @property
+    def text(self):
+        """The function's text (without decorators), which names its compiled variants."""
+        if self._text is None:
+            self._text = ast.unparse(self.tree)
+        return self._text
 
     def __call__(self, *args):
         return self._call(*args)
@@ -1106,12 +1306,9 @@ class NativeFunction:
             _REFUSALS.depth = 0
 
     def _key(self, specs):
-        global _STAMP
-        if _STAMP is None:
-            _STAMP = target_stamp()
         h = hashlib.sha256()
         for part in (self.text, repr([(s[0], str(s[1])) + tuple(s[2:]) for s in specs]), repr(self.noalias),
-                     repr(self.fastmath), _STAMP):
+                     repr(self.fastmath), _stamp()):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:32]
@@ -1121,7 +1318,7 @@ class NativeFunction:
         symbol = f"jg_native_{key}"
         obj = _read_cached(key)
         if obj is None:
-            module = _Translator(self.tree, specs, symbol, self.noalias).build()
+            module = _Translator(self.tree, specs, symbol, self.noalias, self.py_func.__globals__).build()
             _fast_flags(module, self.fastmath)
             obj = _compile_object(module)
             _write_cached(key, obj, self.text)
@@ -1176,30 +1373,52 @@ def _read_cached(key):
     return numba_cache.read_checked(os.path.join(d, key + ".o"), MAGIC, "compiled native loop", "compiling it again")
 
 
-def _write_cached(key, obj, text):
-    """Keep a compiled object, and mark its function as having one (`cached_on_disk`)."""
+def _write_cached(key, obj, text=None):
+    """Keep a compiled object, and mark its function (of `text`) as having one (`cached_on_disk`)."""
     d = _native_dir()
     if d is None:
         return
     path = os.path.join(d, key + ".o")
     try:
         build._write(d, path, numba_cache.checked(MAGIC, obj))
-        index = _index_path(text)
-        if not os.path.exists(index):
+        index = text is not None and _index_path(text)
+        if index and not os.path.exists(index):
             build._write(d, index, b"")
     except OSError as e:
         numba_cache.warn_write_failed(path, e)
 
 
 # ---- the decorator --------------------------------------------------------------------------------
+_MODULE_DEFS = (None, {})       # the last module file read: (its text, {first line: its FunctionDef})
+
+
 def _function_tree(fn):
-    try:
-        src = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(src).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
-        return None
-    if not isinstance(tree, ast.FunctionDef):
-        return None
+    """The syntax tree of function `fn` (without its decorators), or None. A module's functions
+    are decorated one after another as it runs, so its file is parsed once for all of them
+    (inspect.getsource tokenizes the file's lines for each: a third of a decoration's time)."""
+    global _MODULE_DEFS
+    code = getattr(fn, "__code__", None)
+    tree = None
+    if code is not None:
+        text = "".join(linecache.getlines(code.co_filename, fn.__globals__))
+        held = _MODULE_DEFS           # (one read: another thread may replace it)
+        if held[0] != text:
+            try:
+                body = ast.parse(text).body if text else []
+            except SyntaxError:
+                body = []
+            held = _MODULE_DEFS = (text, {min([d.lineno for d in node.decorator_list] + [node.lineno]): node
+                                          for node in body if isinstance(node, ast.FunctionDef)})
+        tree = held[1].get(code.co_firstlineno)
+        if tree is not None and tree.name != fn.__name__:
+            tree = None
+    if tree is None:                    # a nested function, one defined in a string
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        except (OSError, TypeError, SyntaxError, IndexError):
+            return None
+        if not isinstance(tree, ast.FunctionDef):
+            return None
     tree.decorator_list = []
     return tree
 

@@ -9,7 +9,7 @@ symbols. The tuple-valued primitives write their parts into the names `em.tuple_
 """
 import numpy as np
 
-from .emit_cpu import OPS
+from .emit_cpu import OPS, SELF
 from .linalg_runtime import ABI, ROUTINES
 from .runtime import GEMM_BLOCK_FLOPS
 from .source import np_dtype
@@ -24,11 +24,12 @@ SOLVE_MAX_BLOCKS = 8
 _IMPORT = "from jitgraph.codegen import linalg_runtime as _la  # LAPACK routines (C callbacks)"
 
 
-def _routine(em, name, dtype):
+def _routine(em, name, dtype, compiled=False):
     """The module-level name of routine `name` for `dtype` (declared at the module's top once).
-    An entry function that runs as Python (`em.driver`) calls it through ctypes."""
+    An entry function that runs as Python (`em.driver`) calls it through ctypes, unless the
+    name is for a compiled function it calls (`compiled`)."""
     dt = np.dtype(dtype).name
-    python = em.driver and not em.prefix
+    python = em.driver and not em.prefix and not compiled
     var = f"_la{'py' if python else ''}_{name}_{dt}"
     key = ("linalg routine", var)
     if key not in em.shared:
@@ -105,17 +106,19 @@ def _lu_solve(em, node, v, x):
 
 @OPS.register("solve_triangular")
 def _solve_triangular(em, node, v, x):
-    """A float64 solve with many right-hand sides in a compiled entry: a check pass, then dtrsm
-    on the result's buffer, in column blocks on Numba's threads (see SOLVE_BLOCK_COLS), or in
-    one block in a serial build. Other solves call the whole routine: the check, the branch
+    """A float64 solve with many right-hand sides: a check pass, then dtrsm on the result's
+    buffer, in column blocks on Numba's threads (see SOLVE_BLOCK_COLS), or in one block in a
+    serial compiled entry (a serial Python entry calls the whole routine). A Python entry
+    launches the blocks from a parallel group function of their own, which compiles without
+    Numba (codegen/native.py). Other solves call the whole routine: the check, the branch
     to the whole routine for non-finite operands and the block call take about 8 lines of the
     entry where the routine's call takes 2, and a vector's solve gains nothing measurable."""
     p = node.p
     flags = (int(p["lower"]), int(p["trans"]), int(p["unit"]))
     a, b = node.inputs
     k = b.shape[-1]
-    if em.driver or node.dtype != np.float64 or a.dtype != np.float64 or k < 2 * SOLVE_BLOCK_COLS \
-            or node.size * a.shape[-1] < GEMM_BLOCK_FLOPS:
+    if (em.driver and not em.parallel) or node.dtype != np.float64 or a.dtype != np.float64 \
+            or k < 2 * SOLVE_BLOCK_COLS or node.size * a.shape[-1] < GEMM_BLOCK_FLOPS:
         _solve_call(em, node, v, x, "solve_triangular", flags)
         return
     nb, n, ks = _sizes(em, b.shape)
@@ -132,11 +135,28 @@ def _solve_triangular(em, node, v, x):
     _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, ks, *flags])
     body += ["    " + line for line in em.body]
     flag_args = ", ".join(map(str, flags))
+    blocks = f"_max(1, _min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS}))"
+    if em.driver:
+        # a Python entry: the blocks launched by a parallel group of their own (a native
+        # function, codegen/native.py), which sets the BLAS thread count around its launch
+        cols = _routine(em, "solve_triangular_cols", node.dtype, compiled=True)
+        params = ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"]
+        group = em.function_name(
+            ["if ch < 0:",
+             "    blas_prev = _rt.blas_threads_local(1)",
+             f"    _rt.parallel_self({SELF}, {', '.join(params[1:])})",
+             "    _rt.blas_threads_local(blas_prev)",
+             "    return",
+             f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
+            "solve_triangular_blocks", params, chunk="group")
+        em.body = body + ["else:", f"    {group}(-1, {blocks.replace('_max', 'max').replace('_min', 'min')}, "
+                                   f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})"]
+        return
     if em.parallel:
         chunk = em.function_name(
             [f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
             "solve_triangular_chunk", ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
-        solve = (f"_rt.parallel_chunks({chunk}, _max(1, _min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS})), "
+        solve = (f"_rt.parallel_chunks({chunk}, {blocks}, "
                  f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})")
     else:
         solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {flag_args})"

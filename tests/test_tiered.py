@@ -195,6 +195,7 @@ def _started_server():
 
 
 def test_kernels_compile_in_the_compile_server(monkeypatch, cold_cache):
+    monkeypatch.setattr(native, "ENABLED", False)     # a compiled entry: Numba compiles it
     _started_server()
     calls = _record_answers(monkeypatch, "compile_remote")
     f = jg.jit(lambda x: np.cosh(x) * 3.0 - x, wait=True)
@@ -207,6 +208,7 @@ def test_kernels_compile_in_the_compile_server(monkeypatch, cold_cache):
 def test_a_waiting_caller_compiles_here_while_the_server_starts(monkeypatch, cold_cache):
     """wait=True while the server is still importing: the kernel compiles in this process, and
     the server (once started) compiles the loop functions of a kernel with many meanwhile."""
+    monkeypatch.setattr(native, "ENABLED", False)     # a compiled entry: Numba compiles it
     monkeypatch.setattr(compile_server, "ready", lambda: False)
     monkeypatch.setattr(compile_server, "compile_remote", None)     # never called
     loops = []
@@ -347,6 +349,7 @@ def _three_loops(w, x):
 
 
 def test_a_kernels_loop_functions_compile_on_a_second_server_meanwhile(monkeypatch, cold_cache):
+    monkeypatch.setattr(native, "ENABLED", False)     # a compiled entry: Numba compiles it
     monkeypatch.setenv("JITGRAPH_COMPILE_JOBS", "2")
     _started_server()
     jobs = []
@@ -426,6 +429,7 @@ def test_run_part_restores_the_functions_it_skipped():
 
 
 def test_the_compile_server_follows_the_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "ENABLED", False)     # a compiled entry: Numba compiles it
     _started_server()               # a server started (and done starting) under the old directory
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
     calls = _record_answers(monkeypatch, "compile_remote")
