@@ -1168,10 +1168,11 @@ def _load_reader():
     if READER in _LOADED:
         return
     key = hashlib.sha256(("reader\0" + _stamp()).encode()).hexdigest()[:32]
-    obj = _read_cached(key)
+    d = _native_dir(helpers=True)
+    obj = _read_cached(key, d)
     if obj is None:
         obj = _compile_object(_reader_module())
-        _write_cached(key, obj)
+        _write_cached(key, obj, directory=d)
     _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(obj))
     _ENGINE.finalize_object()
     addr = _ENGINE.get_function_address(READER)
@@ -1349,10 +1350,14 @@ def _canonical(a):
 
 
 # ---- disk cache of compiled objects ------------------------------------------------------------
-def _native_dir():
+def _native_dir(helpers=False):
+    """Where compiled objects are kept: beside the kernels, or (`helpers`: the argument reader,
+    compiled once per machine) beside the runtime helpers Numba caches."""
     if not build.cache_enabled():
         return None
     try:
+        if helpers:
+            return build.private_dir(os.path.join(build.private_dir(build.helpers_cache_dir()), "native"))
         kdir = build.private_dir(os.path.join(build.private_dir(build.cache_dir()), "kernels"))
         return build.private_dir(os.path.join(build.private_dir(os.path.join(kdir, "__pycache__")), "native"))
     except OSError:
@@ -1366,16 +1371,16 @@ def _index_path(text):
     return os.path.join(d, hashlib.sha256(text.encode()).hexdigest()[:32] + ".any")
 
 
-def _read_cached(key):
-    d = _native_dir()
+def _read_cached(key, d=None):
+    d = d or _native_dir()
     if d is None:
         return None
     return numba_cache.read_checked(os.path.join(d, key + ".o"), MAGIC, "compiled native loop", "compiling it again")
 
 
-def _write_cached(key, obj, text=None):
+def _write_cached(key, obj, text=None, directory=None):
     """Keep a compiled object, and mark its function (of `text`) as having one (`cached_on_disk`)."""
-    d = _native_dir()
+    d = directory or _native_dir()
     if d is None:
         return
     path = os.path.join(d, key + ".o")
@@ -1390,6 +1395,7 @@ def _write_cached(key, obj, text=None):
 
 # ---- the decorator --------------------------------------------------------------------------------
 _MODULE_DEFS = (None, {})       # the last module file read: (its text, {first line: its FunctionDef})
+_PARSED_MODULE_MAX = 16384      # characters: larger modules' functions are read one by one
 
 
 def _function_tree(fn):
@@ -1399,8 +1405,10 @@ def _function_tree(fn):
     global _MODULE_DEFS
     code = getattr(fn, "__code__", None)
     tree = None
-    if code is not None:
-        text = "".join(linecache.getlines(code.co_filename, fn.__globals__))
+    text = "".join(linecache.getlines(code.co_filename, fn.__globals__)) if code is not None else ""
+    # (a kernel module's own copies of its shared functions are decorated too: its file, an
+    # entry of up to thousands of lines, is left to inspect's reading of each function)
+    if code is not None and len(text) <= _PARSED_MODULE_MAX:
         held = _MODULE_DEFS           # (one read: another thread may replace it)
         if held[0] != text:
             try:
@@ -1412,7 +1420,7 @@ def _function_tree(fn):
         tree = held[1].get(code.co_firstlineno)
         if tree is not None and tree.name != fn.__name__:
             tree = None
-    if tree is None:                    # a nested function, one defined in a string
+    if tree is None:                    # a nested function, one in a large module or a string
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
         except (OSError, TypeError, SyntaxError, IndexError):
