@@ -18,7 +18,8 @@ Layout of a generated module:
   inline, LLVM would not vectorize it. Smaller loops stay inline.
 * Up to NJIT_ENTRY_MAX_STEPS steps, the entry is one `@njit` function with the
   loops inline, unless the steps are heavy enough that Python's cost per step is lost in
-  them (`python_entry_pays`; without native compiles, only where that function is also long,
+  them, or few native loops cost less from Python than the compiled entry's own dispatch
+  (`python_entry_pays`; without native compiles, only where that function is also long,
   ENTRY_MAX_LINES). Longer programs (deep networks), and those, get a plain Python entry
   that calls one compiled function per loop group, compiled without Numba where
   codegen/native.py translates it (`native_functions`), and groups whose code is the same

@@ -26,10 +26,13 @@ Semantics are Numba's, so that both compile the same source to the same values:
   sets them, and the math library (mathlib's `_ir_*` builders, LLVM's intrinsics, libm) is
   the same code Numba's kernels call.
 
-Arrays are passed as the NumPy objects themselves: the compiled entry reads their data
+Arrays are passed as the NumPy objects themselves: the process's argument reader (one
+function shared by every compiled entry, compiled once per machine) reads their data
 pointer, shape and strides from the array struct and checks their dtype, dimension count and
-(for a C-contiguous variant) contiguity, returning 1 when they do not match, and the Python
-side then compiles the variant the call needs. A parallel group (`parallel=True`, called with
+(for a C-contiguous variant) contiguity against the variant's table of argument kinds; when
+they do not match, the Python side compiles the variant the call needs. Besides the loop
+language, a function may call a compiled LAPACK routine of linalg_runtime by its symbol (a
+Python entry's solve in column blocks, ops_linalg) and set the BLAS thread count. A parallel group (`parallel=True`, called with
 `ch = -1`) launches its chunks with `_rt.parallel_self` on Numba's threading layer, as the
 Numba-compiled group does (codegen/launch.py: the same chunking, so the same bits on any
 number of threads).

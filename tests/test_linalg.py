@@ -691,6 +691,30 @@ def test_a_solve_with_many_right_hand_sides_runs_in_column_blocks():
     np.testing.assert_allclose(grad, grad0, rtol=1e-9, atol=1e-12 * np.abs(grad0).max())
 
 
+def test_a_python_entrys_solve_blocks_compile_with_numba_too(monkeypatch):
+    """Without native compiles, a Python entry's group launching a solve's column blocks is
+    compiled by Numba (the same text: the routine called by its symbol) and computes the
+    same values."""
+    import scipy.linalg as sla
+    from jitgraph.codegen import emit_cpu
+    monkeypatch.setattr(native, "ENABLED", False)
+    monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 1)       # a Python entry
+    rng = np.random.default_rng(12)
+    n = 260
+    a = np.tril(rng.standard_normal((n, n))) + n * np.eye(n)
+    b = rng.standard_normal((n, n))
+
+    def loss(k):
+        return np.sum(sla.solve_triangular(k, b, lower=True) ** 2)
+
+    f = jg.jit_grad(loss, wait=True)
+    src = f.lower(a).source
+    assert "def solve_triangular_blocks(" in src and "@_rt.group_njit(**_OPTS)" in src
+    (v, g), (v0, g0) = f(a), jg.value_and_grad(loss)(a)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0, rtol=1e-9, atol=1e-12 * np.abs(g0).max())
+
+
 def test_solve_with_a_constant_matrix_and_a_traced_right_hand_side():
     """A NumPy matrix against a traced right-hand side (the triangular-factor test read the
     matrix's graph node, which a constant does not have)."""
