@@ -6,7 +6,9 @@ and the Numba entry function. The back end reads the front end's IR and
 primitive registry; nothing here imports jitgraph's public API, which calls in.
 """
 import os
+import sys
 
+import numba
 import numpy as np
 
 from . import collector, compile_server, index, native
@@ -15,7 +17,7 @@ from .scatters import accumulate_scatters, window_scatters
 from .schedule import sink_updates
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
-from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel
+from .build import SHARED_PREFIX, cache_dir, cache_enabled, load_cached_kernel, load_kernel
 from . import emit_cpu
 from .emit_cpu import Emitter, _owned, python_entry_pays, uses_threads
 from .emit_cuda import compile_graph_cuda
@@ -23,6 +25,7 @@ from .fusion import Group, OpStep, Partition
 from .memory import MemoryPlan, MemoryReport
 from .program import IndexedProgram, Program
 from .pymode import python_kernel
+from jitgraph.ops.registry import PRIMS
 
 
 VIEW_FUNCTIONS_MAX_RATIO = 2
@@ -90,11 +93,14 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
         program = _indexed(graph, key)
         if program is not None:
             return program
-        # a program to compile, most likely: the compile server's imports (about a second)
-        # overlap the generation. Not started for a program loaded from the cache, where it
-        # would only compete with the first calls (and look like another process's load to
-        # their thread policy, jitgraph/threads.py)
-        compile_server.start()
+        # a program to compile, most likely: where Numba will compile it (its control flow
+        # keeps a compiled entry), the compile server's imports (about a second) overlap the
+        # generation. Not started for a program loaded from the cache, where it would only
+        # compete with the first calls (and look like another process's load to their thread
+        # policy, jitgraph/threads.py), nor for one whose loops compile natively: its imports
+        # then took a core from the compile and the interpreted calls (see _needs_server)
+        if _numba_entry_likely(graph):
+            compile_server.start()
     if indexed_only:
         return None
     with collector.paused():     # (a background build's generation: codegen/collector.py)
@@ -107,6 +113,8 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
             kernel, module, path = python_kernel(source), None, None
         else:
             kernel, module, path = load_kernel(source)
+    if key is not None and _needs_server(kernel, module):
+        compile_server.start()
     consts = em.const_values()
     program = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
     program.threads = uses_threads(source)
@@ -117,6 +125,26 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
         if record is not None:
             index.store(key, record)
     return program
+
+
+def _numba_entry_likely(graph):
+    """Will Numba compile this program's entry (as far as the graph tells before generating it):
+    native compiles off, or control flow (emit_cpu.python_entry_pays)?"""
+    return not native.ENABLED or any(PRIMS[n.op].kind == "control" for n in graph.nodes
+                                     if n.op not in ("input", "const"))
+
+
+def _needs_server(kernel, module):
+    """Does a generated module leave anything to Numba (a compiled entry, or a function of a
+    Python entry's outside the native language), which the compile server compiles?"""
+    if isinstance(kernel, numba.core.registry.CPUDispatcher):
+        return True
+    mod = sys.modules.get(module) if module else None
+    if mod is None:
+        return False
+    return any(isinstance(v, numba.core.registry.CPUDispatcher)
+               and (v.py_func.__module__ == module or v.py_func.__module__.startswith(SHARED_PREFIX))
+               for v in vars(mod).values())
 
 
 def _record(graph, em, program):

@@ -223,6 +223,22 @@ def test_a_waiting_caller_compiles_here_while_the_server_starts(monkeypatch, col
     assert path == g.lower(w, x).path and function == "kernel" and len(argtypes) > 2
 
 
+def test_the_compile_server_starts_for_what_numba_compiles(monkeypatch, cold_cache):
+    """A program whose loops all compile natively never starts the compile server (whose
+    imports took a core from the compile); one with control flow, whose entry Numba compiles,
+    starts it as soon as it misses the cache."""
+    started = []
+    monkeypatch.setattr(compile_server, "start", lambda: started.append(True))
+    x = np.linspace(0.0, 1.0, 50)
+    plain = jg.jit_grad(lambda x: np.sum(np.tanh(x) ** 2), wait=True)
+    np.testing.assert_allclose(plain(x)[1], 2 * np.tanh(x) / np.cosh(x) ** 2, rtol=1e-12)
+    assert started == ([] if native.ENABLED else [True])
+    started.clear()
+    looped = jg.jit_grad(lambda x: np.sum(jg.fori_loop(0, 3, lambda i, v: v * np.sin(v) + i, x)), wait=True)
+    looped(x)
+    assert started
+
+
 def test_a_servers_readiness_is_asked_without_waiting():
     server = compile_server._Server()
     try:
