@@ -261,6 +261,17 @@ def shared_loops(source, entry="kernel"):
     return out
 
 
+_REPLACED = threading.local()     # .names: (module, names) of the functions _import replaces
+
+
+def replaced_on_import(fn):
+    """Is `fn` a kernel module's own copy of a shared function, which the module's import
+    replaces by the shared module's as soon as the module has run (its decorator need not
+    compile anything for it)?"""
+    held = getattr(_REPLACED, "names", None)
+    return held is not None and fn.__module__ == held[0] and fn.__name__ in held[1]
+
+
 def _import(source, modname, on_disk=False):
     """Import kernel module `modname` from its file in the cache dir, writing `source` there
     first unless the file holds it (on_disk=True: it was just read and checked). Its shared
@@ -292,10 +303,14 @@ def _import(source, modname, on_disk=False):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[modname] = mod     # before exec: Numba's cache locates functions by module
     try:
-        exec(code, mod.__dict__)
-        if not modname.startswith(SHARED_PREFIX):
-            for name, loop_mod in _shared_modules(kdir, modname, source):
-                setattr(mod, name, getattr(loop_mod, SHARED_NAME))
+        shared = [] if modname.startswith(SHARED_PREFIX) else _shared_modules(kdir, modname, source)
+        _REPLACED.names = (modname, {name for name, _ in shared})
+        try:
+            exec(code, mod.__dict__)
+        finally:
+            _REPLACED.names = None
+        for name, loop_mod in shared:
+            setattr(mod, name, getattr(loop_mod, SHARED_NAME))
     except BaseException:
         del sys.modules[modname]
         raise

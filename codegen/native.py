@@ -1439,6 +1439,8 @@ def native_njit(noalias=True, parallel=False, **options):
     translated language, else by Numba as `loop_njit` (noalias), `group_njit` (parallel) or
     `njit` compile it."""
     def decorate(fn):
+        if build.replaced_on_import(fn):
+            return fn          # (replaced by its shared module's function before anything runs)
         tree = _function_tree(fn) if ENABLED and not numba.config.DISABLE_JIT else None
         if tree is None or not supported(tree):
             deco = group_njit(**options) if parallel else loop_njit(**options) if noalias else numba.njit(**options)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import native_cases as nc
-from jitgraph.codegen import native
+import jitgraph as jg
+from jitgraph.codegen import build, native
 from jitgraph.codegen.native import NativeFunction, Unsupported, promote, unify
 
 pytestmark = pytest.mark.skipif(not native.ENABLED, reason="JITGRAPH_NATIVE=0")
@@ -268,3 +269,18 @@ def test_table_programs_through_native_python_entries(monkeypatch, batch, dtype)
     for k, (got, ref) in enumerate(zip(g, g_ref)):
         scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * scale, err_msg=owners[k].name)
+
+
+def test_a_kernels_own_copies_of_its_shared_functions_are_not_compiled(monkeypatch, tmp_path):
+    """A kernel module's loop functions come from their shared modules (codegen/build.py): its
+    own copies, replaced as soon as it has run, are not read or translated."""
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    read = []
+    real = native._function_tree
+    monkeypatch.setattr(native, "_function_tree", lambda fn: read.append(fn.__module__) or real(fn))
+    x = np.linspace(0.0, 1.0, 5000)
+    f = jg.jit_grad(lambda x: np.sum(np.tanh(x) ** 2) + np.sum(np.exp(-x) * x), wait=True)
+    v, g = f(x)
+    v0, g0 = jg.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2) + np.sum(np.exp(-x) * x))(x)
+    np.testing.assert_allclose(g, g0, rtol=1e-12)
+    assert read and all(m.startswith(build.SHARED_PREFIX) for m in read), read
