@@ -8,7 +8,6 @@ primitive registry; nothing here imports jitgraph's public API, which calls in.
 import os
 import sys
 
-import numba
 import numpy as np
 
 from . import collector, compile_server, index, native
@@ -17,7 +16,7 @@ from .scatters import accumulate_scatters, window_scatters
 from .schedule import sink_updates
 from . import ops_cpu, ops_cuda  # noqa: F401  (register the library-op lowerings)
 from . import ops_linalg, ops_order  # noqa: F401  (lowerings of the LAPACK and order families)
-from .build import SHARED_PREFIX, cache_dir, cache_enabled, load_cached_kernel, load_kernel
+from .build import cache_dir, cache_enabled, load_cached_kernel, load_kernel, module_dispatchers
 from . import emit_cpu
 from .emit_cpu import Emitter, _owned, python_entry_pays, uses_threads
 from .emit_cuda import compile_graph_cuda
@@ -25,7 +24,6 @@ from .fusion import Group, OpStep, Partition
 from .memory import MemoryPlan, MemoryReport
 from .program import IndexedProgram, Program
 from .pymode import python_kernel
-from jitgraph.ops.registry import PRIMS
 
 
 VIEW_FUNCTIONS_MAX_RATIO = 2
@@ -113,7 +111,7 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
             kernel, module, path = python_kernel(source), None, None
         else:
             kernel, module, path = load_kernel(source)
-    if key is not None and _needs_server(kernel, module):
+    if key is not None and _needs_server(module):
         compile_server.start()
     consts = em.const_values()
     program = Program(graph, part, source, kernel, module, path, list(em.sizes.values), consts, em.plan)
@@ -130,21 +128,14 @@ def compile_graph(graph, parallel=True, fastmath=("reassoc", "contract", "arcp")
 def _numba_entry_likely(graph):
     """Will Numba compile this program's entry (as far as the graph tells before generating it):
     native compiles off, or control flow (emit_cpu.python_entry_pays)?"""
-    return not native.ENABLED or any(PRIMS[n.op].kind == "control" for n in graph.nodes
-                                     if n.op not in ("input", "const"))
+    return not native.ENABLED or emit_cpu.has_control_flow(graph)
 
 
-def _needs_server(kernel, module):
+def _needs_server(module):
     """Does a generated module leave anything to Numba (a compiled entry, or a function of a
     Python entry's outside the native language), which the compile server compiles?"""
-    if isinstance(kernel, numba.core.registry.CPUDispatcher):
-        return True
     mod = sys.modules.get(module) if module else None
-    if mod is None:
-        return False
-    return any(isinstance(v, numba.core.registry.CPUDispatcher)
-               and (v.py_func.__module__ == module or v.py_func.__module__.startswith(SHARED_PREFIX))
-               for v in vars(mod).values())
+    return mod is not None and bool(module_dispatchers(mod))
 
 
 def _record(graph, em, program):

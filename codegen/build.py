@@ -22,6 +22,7 @@ is compiled from memory, uncached, with one `CacheWriteWarning`.
 """
 import ast
 import atexit
+import functools
 import hashlib
 import importlib.util
 import linecache
@@ -94,14 +95,10 @@ def private_dir(path):
     return path
 
 
-_CPU = None
-
-
-def _cpu():
-    global _CPU
-    if _CPU is None:
-        _CPU = llvm.get_host_cpu_name()
-    return _CPU
+@functools.cache
+def host_cpu():
+    """This machine's CPU name as LLVM targets it (asked of LLVM once)."""
+    return llvm.get_host_cpu_name()
 
 
 
@@ -111,7 +108,7 @@ def source_hash(source):
     # HELPERS_STAMP: Numba links a called helper into its caller, so a changed helper module is
     # never run from an old kernel, even where the version number did not change (an editable install)
     for part in (source, numba.__version__, llvmlite.__version__, np.__version__, __version__,
-                 numba_cache.HELPERS_STAMP, platform.machine(), _cpu(), sys.version.split()[0]):
+                 numba_cache.HELPERS_STAMP, platform.machine(), host_cpu(), sys.version.split()[0]):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
@@ -259,6 +256,15 @@ def shared_loops(source, entry="kernel"):
     for name in funcs:
         share(name)
     return out
+
+
+def module_dispatchers(mod):
+    """The Numba dispatchers of a generated module: those it defines (its entry, when compiled)
+    and the shared ones it holds in their place, not the helpers it imports."""
+    def generated(v):
+        owner = getattr(getattr(v, "py_func", None), "__module__", None) or ""
+        return owner == mod.__name__ or owner.startswith(SHARED_PREFIX)
+    return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats") and generated(v)]
 
 
 _REPLACED = threading.local()     # .names: (module, names) of the functions _import replaces

@@ -159,10 +159,15 @@ def compiled_entry_ops(graph):
     return [n for n in graph.nodes if n.op in COMPILED_ENTRY_OPS]
 
 
+def has_control_flow(graph):
+    """Does `graph` hold a loop or branch (scan, while, cond: a compiled entry's, always)?"""
+    return any(n.kind == "control" for n in graph.nodes)
+
+
 def python_entry_pays(graph, part):
     """May this program's entry run as Python, for its compile's sake: its steps' Python
     cost at most PY_ENTRY_MAX_SHARE of its estimated time, and no control flow?"""
-    if any(PRIMS[n.op].kind == "control" for n in graph.nodes if n.op not in ("input", "const")):
+    if has_control_flow(graph):
         return False
     loops = sum(isinstance(step, Group) for step in part.steps) if native.ENABLED else 0
     cost = loops * PY_ENTRY_NATIVE_STEP_S + (len(part.steps) - loops) * PY_ENTRY_STEP_S

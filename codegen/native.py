@@ -43,6 +43,7 @@ machine's LLVM target, so a new process loads them in about a millisecond each.
 """
 import ast
 import ctypes
+import functools
 import hashlib
 import inspect
 import linecache
@@ -937,7 +938,7 @@ def _reader_module():
     n arguments match their codes (their values then in `out`), 1 when one does not (the
     caller hands them to Python), 2 when reading one raised (an int past int64)."""
     mod = ir.Module(name=READER)
-    mod.triple = llvm.get_process_triple()
+    mod.triple = _triple()
     i8 = ir.IntType(8)
     fn = ir.Function(mod, ir.FunctionType(_I32, [_I8P.as_pointer(), _I64, _I32.as_pointer(), _I64,
                                                  _I64.as_pointer()]), READER)
@@ -1079,15 +1080,10 @@ _TM = None
 _LOADED = {}     # symbol -> address
 
 
-_TRIPLE = None
-
-
+@functools.cache
 def _triple():
     """The process's target triple (asked of LLVM once)."""
-    global _TRIPLE
-    if _TRIPLE is None:
-        _TRIPLE = llvm.get_process_triple()
-    return _TRIPLE
+    return llvm.get_process_triple()
 
 
 def _target():
@@ -1095,14 +1091,14 @@ def _target():
     if _TM is None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        _TM = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+        target = llvm.Target.from_triple(_triple())
+        _TM = target.create_target_machine(cpu=build.host_cpu(),
                                            features=llvm.get_host_cpu_features().flatten(),
                                            opt=3, reloc="static", codemodel="jitdefault")
         for key, cell in _TYPE_CELLS.items():
             llvm.add_symbol(_TYPE_SYMBOLS[key], ctypes.addressof(cell))
         empty = llvm.parse_assembly("")
-        empty.triple = llvm.get_process_triple()
+        empty.triple = _triple()
         _ENGINE = llvm.create_mcjit_compiler(empty, _TM)
     return _TM
 
@@ -1116,18 +1112,11 @@ def target_stamp():
     with open(__file__, "rb") as f:
         own = hashlib.sha256(f.read()).hexdigest()[:16]
     return "\0".join((llvmlite.__version__, numba.__version__, np.__version__, __version__, own,
-                      numba_cache.HELPERS_STAMP, llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                      numba_cache.HELPERS_STAMP, _triple(), build.host_cpu(),
                       llvm.get_host_cpu_features().flatten(), MAGIC.decode()))
 
 
-_STAMP = None
-
-
-def _stamp():
-    global _STAMP
-    if _STAMP is None:
-        _STAMP = target_stamp()
-    return _STAMP
+_stamp = functools.cache(target_stamp)
 
 
 def _pass_builder(tm, speed, loop_vectorize):

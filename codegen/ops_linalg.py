@@ -135,29 +135,33 @@ def _solve_triangular(em, node, v, x):
     _call(em, "solve_triangular", a.dtype, _ptrs(ins + [v]) + [nb, n, ks, *flags])
     body += ["    " + line for line in em.body]
     flag_args = ", ".join(map(str, flags))
-    blocks = f"_max(1, _min({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS}))"
+    # one column block of the solve, chunk `ch` of `nch` (of a block count the sizes fix)
+    params = ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"]
+    args = f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args}"
+
+    def blocks(maximum, minimum):
+        """The block count, written with Python's max and min (a Python entry's line) or with
+        mathlib's (compiled code, where Numba's overloads compile once per process)."""
+        return f"{maximum}(1, {minimum}({SOLVE_MAX_BLOCKS}, {ks} // {SOLVE_BLOCK_COLS}))"
+
+    def block(routine):
+        return f"{routine}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"
     if em.driver:
         # a Python entry: the blocks launched by a parallel group of their own (a native
         # function, codegen/native.py), which sets the BLAS thread count around its launch
-        cols = _routine(em, "solve_triangular_cols", node.dtype, compiled=True)
-        params = ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"]
         group = em.function_name(
             ["if ch < 0:",
              "    blas_prev = _rt.blas_threads_local(1)",
              f"    _rt.parallel_self({SELF}, {', '.join(params[1:])})",
              "    _rt.blas_threads_local(blas_prev)",
              "    return",
-             f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
+             block(_routine(em, "solve_triangular_cols", node.dtype, compiled=True))],
             "solve_triangular_blocks", params, chunk="group")
-        em.body = body + ["else:", f"    {group}(-1, {blocks.replace('_max', 'max').replace('_min', 'min')}, "
-                                   f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})"]
+        em.body = body + ["else:", f"    {group}(-1, {blocks('max', 'min')}, {args})"]
         return
     if em.parallel:
-        chunk = em.function_name(
-            [f"{cols}(a.ctypes, b.ctypes, x.ctypes, nb, n, k, ch * k // nch, (ch + 1) * k // nch, lower, trans, unit)"],
-            "solve_triangular_chunk", ["ch", "nch", "a", "b", "x", "nb", "n", "k", "lower", "trans", "unit"], chunk=True)
-        solve = (f"_rt.parallel_chunks({chunk}, {blocks}, "
-                 f"{ins[0]}, {ins[1]}, {v}, {nb}, {n}, {ks}, {flag_args})")
+        chunk = em.function_name([block(cols)], "solve_triangular_chunk", params, chunk=True)
+        solve = f"_rt.parallel_chunks({chunk}, {blocks('_max', '_min')}, {args})"
     else:
         solve = f"{cols}({ins[0]}.ctypes, {ins[1]}.ctypes, {v}.ctypes, {nb}, {n}, {ks}, 0, {ks}, {flag_args})"
     em.body = body + ["else:", f"    {v}_prev = _rt.blas_threads_local(1)", f"    {solve}",

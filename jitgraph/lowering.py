@@ -20,7 +20,7 @@ import numpy as np
 
 from . import codegen
 from .codegen import collector, compile_server, numba_cache
-from .codegen.build import SHARED_PREFIX
+from .codegen.build import module_dispatchers
 from .codegen.native import NativeFunction
 from .api import trace_graph
 from .entry import Entry
@@ -222,7 +222,7 @@ def _compiled_on_disk(program, args):
     mod = _module(program)
     if mod is None:
         return False
-    functions = _module_dispatchers(mod)
+    functions = module_dispatchers(mod)
     if args is not None and isinstance(kernel, numba.core.registry.CPUDispatcher):
         argtypes = tuple(kernel.typeof_pyval(a) for a in args)
         if not (argtypes in kernel.overloads or numba_cache.in_cache(kernel, argtypes) is True):
@@ -309,7 +309,7 @@ def _run_in_server(program, args):
     mod = _module(program)
     if mod is None or not _server_usable():
         return False
-    functions = _module_dispatchers(mod)
+    functions = module_dispatchers(mod)
     if not functions or all(f.overloads or numba_cache.has_cached(f) for f in functions):
         return False
     spec = list(args)
@@ -391,15 +391,6 @@ def _module(program):
     return sys.modules.get(program.module) if isinstance(program.module, str) else None
 
 
-def _module_dispatchers(mod):
-    """The Numba dispatchers of a generated module: those it defines and the shared ones it
-    holds in their place (codegen/build.py), not the helpers it imports."""
-    def generated(v):
-        owner = getattr(getattr(v, "py_func", None), "__module__", None) or ""
-        return owner == mod.__name__ or owner.startswith(SHARED_PREFIX)
-    return [v for v in vars(mod).values() if hasattr(v, "overloads") and hasattr(v, "stats") and generated(v)]
-
-
 def _native_functions(mod):
     """The natively compiled loop functions of a generated module (codegen/native.py), its own
     and the shared ones it holds."""
@@ -414,7 +405,7 @@ def _dispatch_state(program):
     natives = []
     mod = _module(program)
     if mod is not None:
-        kernels = _module_dispatchers(mod)
+        kernels = module_dispatchers(mod)
         natives = _native_functions(mod)
     kernels = [k for k in kernels if hasattr(k, "overloads") and hasattr(k, "stats")]
     if not kernels and not natives:
