@@ -657,6 +657,32 @@ class Partition:
             stack.pop()
         return memo[root.id]
 
+    def _reads_repeat(self, step, node):
+        """Can loop group `step` read an element of `node` at more than one of its points?
+        Through a broadcast that expands it (a layer's bias read at every row) or a gather
+        (whose indices may repeat), yes; through slices, pads, concatenations and transposes,
+        which map each point to its own element, no: a loop over a padded stencil's larger
+        domain reads each element of its operand once, at a shifted index."""
+        seen = set()
+        stack = [x for n in step.nodes for x in n.inputs]
+        while stack:
+            x = stack.pop()
+            while x.id in self.virtual:
+                if x.op == "broadcast" and x.size > x.inputs[0].size and self._reaches(x, node):
+                    return True
+                x = x.inputs[0]
+            if x is node or x.id in seen or x.id not in self.index_views:
+                continue
+            seen.add(x.id)
+            if x.op == "gather" and self._reaches(x, node):
+                return True
+            stack += x.inputs
+        return False
+
+    def _reaches(self, view, node):
+        """Does reading `view` read `node`, through virtual values and index views?"""
+        return any(src is node for src in self.sources(view))
+
     def _recompute_cheap(self):
         """Values that later loops recompute instead of reading them stored.
 
@@ -732,7 +758,7 @@ class Partition:
             # row) would recompute each element many times from values it reads from the
             # caches anyway (a Bayesian net's sampled weights: its loops 1.6-2.5x slower)
             new = [[x for x, _ in found.values() if x.id not in group_reads[s]] for s in steps]
-            if any(int(np.prod(s.shape, dtype=np.int64)) > node.size or len(xs) > 1 for s, xs in zip(steps, new)):
+            if any(self._reads_repeat(s, node) or len(xs) > 1 for s, xs in zip(steps, new)):
                 continue
             if sum(nbytes(x) for xs in new for x in xs) >= nbytes(node) * (1 + len(steps)):
                 continue

@@ -16,6 +16,11 @@ from .ops.registry import PRIMS, NoGradient
 # A padded slice at most this fraction of the adjoint it joins is added into its region (an
 # LSTM's four gate slices, a quarter each, stay one fused sum: 1.27x slower as a chain)
 _SMALL_PAD = 0.125
+# ... once the adjoint holds this many padded slices already: fewer stay terms of one sum, read
+# as index views by the loop that reads it (the wrap-around rows and columns of a stencil's
+# np.roll, four in 2-D and six in 3-D), where each region added in place would make the
+# adjoint an array of its own first; a loop over a sequence's T steps adds T regions
+_PADDED_TERMS = 8
 
 
 def _blocks(op):
@@ -58,6 +63,7 @@ def backward_multi(nodes, outs, wrt, value_of, seeds):
     live = depends_on(nodes, wrt)
     wrt_ids = {n.id for n in wrt}
     adj = {}
+    padded = {}     # input id -> how many of its adjoint's contributions were padded slices
     for out, seed in zip(outs, seeds):
         if out.id in live:
             adj[out.id] = seed if out.id not in adj else adj[out.id] + seed
@@ -83,22 +89,25 @@ def backward_multi(nodes, outs, wrt, value_of, seeds):
                 continue
             if c.dtype != inp.dtype:
                 c = cast(c, inp.dtype)
-            adj[inp.id] = c if inp.id not in adj else _accumulate(adj[inp.id], c)
+            adj[inp.id] = c if inp.id not in adj else _accumulate(adj[inp.id], c, padded.get(inp.id, 0))
+            if isinstance(c, Tracer) and c.node.op == "pad_slice":
+                padded[inp.id] = padded.get(inp.id, 0) + 1
     return [adj[w.id] if w.id in adj else zeros_like(value_of(w)) for w in wrt]
 
 
-def _accumulate(total, c):
+def _accumulate(total, c, padded):
     """total + c. Traced, a contribution that is a small slice padded with zeros, along one
     axis (the adjoint of `x[:, t]` read at each step of a Python loop), is added into its
     region of the other, `update_slice(total, total[region] + v)`, instead of a pass over
     the whole array per contribution: the writes run in place (codegen/schedule.py), so a
-    loop of T steps costs T slices, not T whole arrays."""
+    loop of T steps costs T slices, not T whole arrays. `padded`: how many contributions
+    to this adjoint were padded slices before; the first _PADDED_TERMS stay terms of the sum."""
     for big, small in ((total, c), (c, total)):
         node = small.node if isinstance(small, Tracer) and isinstance(big, Tracer) else None
         if node is None or node.op != "pad_slice" or big.dtype != small.dtype or not _one_axis(node):
             continue
         v = small.rebind(node.inputs[0])
-        if math.prod(v.shape) > _SMALL_PAD * math.prod(node.shape):
+        if math.prod(v.shape) > _SMALL_PAD * math.prod(node.shape) or padded < _PADDED_TERMS:
             continue
         p = {k: node.p[k] for k in ("starts", "stops", "steps")}
         return bind("update_slice", big, bind("slice", big, **p) + v, **p)

@@ -129,3 +129,23 @@ def test_recomputing_never_stores_more(name):
         if isinstance(s, codegen.OpStep):
             assert not any(part.resolve(x).id in part.recomputed for x in n.inputs)
     assert not part.recomputed & outputs
+
+
+def test_values_read_once_per_point_are_recomputed_and_broadcast_ones_are_not(rng):
+    """A cheap value read through a pad by a loop over a larger domain (np.diff of a stencil,
+    padded back to the grid) reads each element once there: it is recomputed. One read
+    through a broadcast (a per-column value at every row) would be recomputed at each row:
+    it stays stored."""
+    def f(u, b):
+        lap = np.pad(np.diff(u, axis=0), ((1, 0), (0, 0)))
+        per_column = np.exp(b) * 2.0 - b
+        return np.sum(np.sin(lap + u) * per_column)
+
+    u, b = rng.standard_normal((40, 30)), rng.standard_normal(30)
+    graph = trace_graph(f, [u, b], (0, 1), grad=True)
+    part = codegen.Partition(graph)
+    recomputed = [n for n in graph.nodes if n.id in part.recomputed]
+    assert any(n.op == "sub" and n.shape == (39, 30) for n in recomputed)
+    column = [n for n in graph.nodes if n.op == "sub" and n.shape == (30,)]
+    assert column and all(n.id in part.materialized for n in column)
+    _agree(f, u, b)
