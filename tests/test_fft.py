@@ -34,8 +34,18 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["dense", "four steps"])
+def transforms(request, monkeypatch):
+    """Every case twice: transforms as one dense product, and (forced down to these lengths)
+    in four steps where the length factors (8 = 2 x 4, 10 = 2 x 5, 16 = 4 x 4; 5 stays dense)."""
+    if request.param == "four steps":
+        monkeypatch.setattr(jg.ops.fft, "FOUR_STEP_MIN", 4)
+        monkeypatch.setattr(jg.ops.fft, "FACTOR_MIN", 2)
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_values_and_gradients(name):
+def test_values_and_gradients(name, transforms):
     f = CASES[name]
     want = f(X)
     got, g = jg.eval_graph(jg.make_graph(f, grad=True)(X), X)
@@ -46,6 +56,24 @@ def test_values_and_gradients(name):
     eps, d = 1e-6, RNG.standard_normal(X.shape)
     fd = (f(X + eps * d) - f(X - eps * d)) / (2 * eps)
     np.testing.assert_allclose(np.sum(g_e * d), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft"])
+def test_long_transforms_in_four_steps(kind):
+    """Lengths from 512 (or 600 = 24 x 25, 525 = 21 x 25) are computed in four steps: every kind,
+    norm, padding and truncation against NumPy, and no dense (n, n) matrix in the graph."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 3, 560)), rng.standard_normal((2, 3, 560))
+    complex_input = kind in ("fft", "ifft", "irfft", "hfft")
+    for n, norm, axis in ((512, None, -1), (600, "ortho", 1), (525, "forward", -1), (None, None, 2)):
+        def f(a, b):
+            z = a + 1j * b if complex_input else a
+            r = getattr(np.fft, kind)(z, n=n, axis=axis, norm=norm)
+            return r if kind in ("irfft", "hfft") else np.abs(r)
+        x, y = (a, b) if axis != 1 else (a.transpose(0, 2, 1), b.transpose(0, 2, 1))
+        graph = jg.make_graph(f)(x, y)
+        np.testing.assert_allclose(jg.eval_graph(graph, x, y), f(x, y), rtol=1e-11, atol=1e-11)
+        assert max(n.size for n in graph.nodes if n.op == "const") < 560 * 100
 
 
 def test_float32_stays_float32():
