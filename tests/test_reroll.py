@@ -583,6 +583,11 @@ def test_a_value_read_only_from_the_last_iteration_is_a_carry():
     nk, avals = scan.p["n_carry"], scan.p["out_avals"]
     ys = avals[nk:len(avals) - nk]          # (the carries, the stacked outputs, the carries' history)
     assert scan.p["length"] >= 11 and not [s for s, _ in ys if len(s) == 3]
+    # the loop is cut where the iteration passes the vector g on, not its broadcast g[None, :]
+    # (the first rotation found): one (7, 5) carry, the one read after the loop, and no
+    # (7, 5) matrix stacked per iteration for the reverse sweep
+    carries = [s for s, _ in avals[:nk]]
+    assert sorted(len(s) for s in carries) == [1, 2] and not [s for s, _ in ys if len(s) == 2], avals
 
 
 def test_second_derivatives_through_rerolled_loops():
