@@ -76,6 +76,21 @@ def test_long_transforms_in_four_steps(kind):
         assert max(n.size for n in graph.nodes if n.op == "const") < 560 * 100
 
 
+def test_squared_magnitudes_need_no_hypot():
+    """|z| ** 2 (np.abs(X) ** 2 of a spectrum, np.hypot(a, b) ** 4) is traced as sums of
+    squares: no hypot, whose libm call does not vectorize, and a gradient defined at 0."""
+    f = lambda a: np.sum(np.abs(np.fft.rfft(a)) ** 2) + np.sum(np.hypot(a, 2 * a) ** 4)
+    graph = jg.make_graph(f, grad=True)(X)
+    assert not any(n.op == "hypot" for n in graph.nodes)
+    (v, g), (v_e, g_e) = jg.eval_graph(graph, X), jg.value_and_grad(f)(X)
+    np.testing.assert_allclose(v, f(X), rtol=1e-13)
+    np.testing.assert_allclose(g, g_e, rtol=1e-12)
+    eps, d = 1e-6, RNG.standard_normal(X.shape)
+    np.testing.assert_allclose(np.sum(g * d), (f(X + eps * d) - f(X - eps * d)) / (2 * eps), rtol=1e-6)
+    z = np.zeros((2, 8))
+    assert np.all(jg.jit_grad(f)(z)[1] == 0.0)
+
+
 def test_float32_stays_float32():
     f = lambda a: np.abs(np.fft.rfft(a)) ** 2
     x = X.astype(np.float32)

@@ -180,6 +180,13 @@ def power(a, b):
             return a
         if p == 0:
             return ones_like(a)
+        node = getattr(a, "node", None)
+        if p % 2 == 0 and node is not None and node.op == "hypot":
+            # |z| ** 2 (a power spectrum, np.abs(np.fft.rfft(x)) ** 2) is x*x + y*y: no hypot,
+            # a libm call that does not vectorize (12 ns per element with its derivative), and
+            # no division by |z| in the derivative
+            x, y = (a.rebind(v) for v in node.inputs)
+            return power(x * x + y * y, p // 2)
         return keep_weak(bind("integer_pow", a, p=p), a.weak)
     return elementwise("pow", a, b)
 
