@@ -442,6 +442,37 @@ def test_every_routine_compiled_with_numba(dtype):
                            np.linalg.svd(stack, compute_uv=False)), 1e-10 if dtype == np.float64 else 2e-5)
 
 
+def test_small_matrices_by_loops_and_large_by_lapack_agree_with_numpy():
+    """Stacks of matrices up to linalg_runtime.SMALL_N are factored, solved and their signed
+    log-determinants taken by loops (no LAPACK call, no temporary arrays), larger ones by LAPACK:
+    both match NumPy, pivoting signs, a singular matrix's determinant (sign 0, -inf), a matrix with
+    a NaN (NaN results) and the "Singular matrix" error included."""
+    from jitgraph.codegen import linalg_runtime
+    f = jg.jit(lambda a, b: (np.linalg.solve(a, b), np.linalg.slogdet(a), np.linalg.inv(a), np.linalg.det(a)))
+    for n in (1, 2, 3, linalg_runtime.SMALL_N, linalg_runtime.SMALL_N + 1):
+        a = RNG.standard_normal((5, n, n))
+        a[1] = a[1][::-1]                                   # pivots all the way down
+        if n > 1:
+            a[2, :, 1] = 0.0                                # singular
+        b = RNG.standard_normal((5, n, 2))
+        sign, logdet = f(a[[0, 1, 3, 4]], b[[0, 1, 3, 4]])[1]
+        want = np.linalg.slogdet(a[[0, 1, 3, 4]])
+        np.testing.assert_array_equal(sign, want[0])
+        np.testing.assert_allclose(logdet, want[1], rtol=1e-12, atol=1e-12)
+        got = f(a[[0, 1, 3, 4]], b[[0, 1, 3, 4]])
+        np.testing.assert_allclose(got[0], np.linalg.solve(a[[0, 1, 3, 4]], b[[0, 1, 3, 4]]), rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(got[2], np.linalg.inv(a[[0, 1, 3, 4]]), rtol=1e-9, atol=1e-11)
+        if n > 1:
+            s2, l2 = jg.jit(np.linalg.slogdet)(a)
+            assert s2[2] == 0.0 and l2[2] == -np.inf
+            assert jg.jit(np.linalg.det)(a)[2] == 0.0
+            with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+                f(a, b)
+        nan = a[[0]].copy()
+        nan[0, 0, 0] = np.nan
+        assert np.isnan(f(nan, b[[0]])[0]).all() and np.isnan(f(nan, b[[0]])[1][1]).all()
+
+
 def test_gradients_compiled_with_numba():
     a, b = spd(4), RNG.standard_normal((4, 3))
 
