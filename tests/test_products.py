@@ -219,12 +219,40 @@ def test_products_of_a_few_terms_are_loops_on_the_cpu():
         np.testing.assert_allclose(gw[0, 1], (f(r, w + e, x, y) - f(r, w - e, x, y)) / 2e-6, rtol=1e-6)
 
 
+def test_stacks_of_small_products_are_loops_on_the_cpu():
+    """A stack of products of at most SMALL_STACKED_TERMS terms each (per-point 2 x 2 rotations of
+    16 points, per-sample 8 x 8 weights) is a loop, forward and backward, not one BLAS call per
+    matrix; a stack of 12 x 12 ones stays BLAS's. Values and gradients match eager."""
+    def rotate(th, pts):
+        c, s = np.cos(th), np.sin(th)
+        R = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)
+        return np.sum((np.einsum("nij,nkj->nki", R, pts) - 1.0) ** 2)
+
+    def per_sample(W, x):
+        return np.sum(np.tanh(np.einsum("bij,bjk->bik", x, W)) ** 2)
+
+    rng = np.random.default_rng(15)
+    cases = ((rotate, (rng.standard_normal(40), rng.standard_normal((40, 16, 2))), False),
+             (per_sample, (rng.standard_normal((30, 8, 8)), rng.standard_normal((30, 8, 8))), False),
+             (per_sample, (rng.standard_normal((30, 12, 12)), rng.standard_normal((30, 12, 12))), True))
+    for f, args, blas in cases:
+        low = jg.jit_grad(f, argnums=(0, 1), wait=True).lower(*args)
+        stacked = [n for n in rewrite_products(low.graph).nodes if n.op == "matmul" and n.ndim > 2]
+        assert bool(stacked) == blas, (f.__name__, [n.shape for n in stacked])
+        v, g = jg.jit_grad(f, argnums=(0, 1), wait=True)(*args)
+        v0, g0 = jg.value_and_grad(f, argnums=(0, 1))(*args)
+        np.testing.assert_allclose(v, v0, rtol=1e-13)
+        for a, b in zip(g, g0):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 @pytest.mark.parametrize("fn, make", STRIDED, ids=[f.__name__ for f, _ in STRIDED])
 def test_batched_products_read_strided_views_in_place(fn, make, monkeypatch):
     """A batched product whose operands are views of stored arrays (slices, stacks of slices,
     transposes, reversals) reads them where they are; compiled, in a Python entry and as
     Python, it computes eager value_and_grad's values."""
     monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
+    monkeypatch.setattr(codegen_products, "SMALL_STACKED_TERMS", 0)
     args = make(np.random.default_rng(7))
     graph = jg.make_graph(fn, argnums=(0, 1), grad=True)(*args)
     _, source, em = codegen.generate(graph)
@@ -258,6 +286,7 @@ def test_a_python_entry_reads_strided_views_with_numpy(monkeypatch):
     """A Python entry (a long program's) makes the same views with NumPy's as_strided."""
     from jitgraph.codegen import emit_cpu
     monkeypatch.setattr(emit_cpu, "NJIT_ENTRY_MAX_STEPS", 0)
+    monkeypatch.setattr(codegen_products, "SMALL_STACKED_TERMS", 0)    # BLAS products at these sizes
     args = STRIDED[0][1](np.random.default_rng(8))
     graph = jg.make_graph(_heads, argnums=(0, 1), grad=True)(*args)
     _, source, em = codegen.generate(graph)
@@ -296,6 +325,7 @@ def test_a_transposed_right_factor_of_many_small_products_is_copied_once(monkeyp
     (fusion.NT_COPY_ROWS); a transposed left factor, or a right factor of few rows, stays a
     view BLAS reads in place."""
     monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
+    monkeypatch.setattr(codegen_products, "SMALL_STACKED_TERMS", 0)
     from jitgraph.codegen import fusion
     rng = np.random.default_rng(10)
     w, h0, xs = rng.standard_normal((20, 20)) * 0.3, rng.standard_normal((32, 20)), rng.standard_normal((6, 32, 20))
@@ -343,6 +373,7 @@ def test_a_batched_product_reads_a_transposed_right_factor_of_large_items_in_pla
     place (OpenBLAS pays nothing for it there); smaller ones copy it."""
     from jitgraph.codegen import fusion
     monkeypatch.setattr(codegen_products, "SMALL_K", 0)    # BLAS products at these small sizes
+    monkeypatch.setattr(codegen_products, "SMALL_STACKED_TERMS", 0)
 
     def f(a, b):
         return np.sum(np.tanh(a @ np.swapaxes(b, 1, 2)) ** 2)

@@ -28,6 +28,7 @@ def _blas_products(monkeypatch):
     """Products stay BLAS calls here, as at realistic sizes: at these small shapes a product of a
     few terms would be a loop of its own (codegen.products.SMALL_K), fused with its neighbours."""
     monkeypatch.setattr(codegen.products, "SMALL_K", 0)
+    monkeypatch.setattr(codegen.products, "SMALL_STACKED_TERMS", 0)
 
 
 def _two_layers(params, x):
