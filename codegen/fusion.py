@@ -180,6 +180,16 @@ def read_by_blas(node, users):
     return rows < NT_COPY_ROWS
 
 
+def _distinct(gather):
+    """Are a constant gather's indices all different (a reversal, a permutation)?"""
+    idx = gather.inputs[1]
+    if idx.op != "const":
+        return False
+    n = gather.inputs[0].shape[gather.p["axis"]]
+    table = np.where(idx.value < 0, idx.value + n, idx.value).ravel()
+    return len(np.unique(table)) == table.size
+
+
 class Partition:
     """The steps of a graph, in execution order, and which values they must store."""
 
@@ -659,10 +669,11 @@ class Partition:
 
     def _reads_repeat(self, step, node):
         """Can loop group `step` read an element of `node` at more than one of its points?
-        Through a broadcast that expands it (a layer's bias read at every row) or a gather
-        (whose indices may repeat), yes; through slices, pads, concatenations and transposes,
-        which map each point to its own element, no: a loop over a padded stencil's larger
-        domain reads each element of its operand once, at a shifted index."""
+        Through a broadcast that expands it (a layer's bias read at every row) or a gather whose
+        indices repeat (windows, edge pads), yes; through slices, pads, concatenations,
+        transposes and reversals, which map each point to its own element, no: a loop over a
+        padded stencil's larger domain reads each element of its operand once, at a shifted
+        index."""
         seen = set()
         stack = [x for n in step.nodes for x in n.inputs]
         while stack:
@@ -674,7 +685,7 @@ class Partition:
             if x is node or x.id in seen or x.id not in self.index_views:
                 continue
             seen.add(x.id)
-            if x.op == "gather" and self._reaches(x, node):
+            if x.op == "gather" and not _distinct(x) and self._reaches(x, node):
                 return True
             stack += x.inputs
         return False

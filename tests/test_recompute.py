@@ -150,3 +150,22 @@ def test_values_read_once_per_point_are_recomputed_and_broadcast_ones_are_not(rn
     column = [n for n in graph.nodes if n.op == "sub" and n.shape == (30,)]
     assert column and all(n.id in part.materialized for n in column)
     _agree(f, u, b)
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_values_read_through_a_gather_are_recomputed_unless_its_indices_repeat(rng, repeats):
+    """A constant gather that reads each element once (a permutation) lets its reader recompute
+    a cheap value; one whose indices repeat (an edge pad's, a window's) would recompute elements
+    several times: the value stays stored."""
+    idx = np.array([0, 0, 1, 2, 3, 4, 5, 6]) if repeats else np.array([3, 0, 7, 1, 6, 2, 5, 4])
+
+    def f(u, w):
+        d = np.diff(u, axis=1)                      # (6, 8), cheap, read through the gather only
+        return np.sum(np.sin(d[:, idx] * w))
+
+    u, w = rng.standard_normal((6, 9)), rng.standard_normal((6, 8))
+    graph = trace_graph(f, [u, w], (0, 1), grad=True)
+    part = codegen.Partition(graph)
+    diff = [n for n in graph.nodes if n.op == "sub" and n.shape == (6, 8)]
+    assert diff and all((n.id in part.recomputed) != repeats for n in diff[:1])
+    _agree(f, u, w)
