@@ -94,10 +94,14 @@ class ThreadPolicy:
     The first 3 calls are not timed (page faults, thread pools starting: the first calls of
     the transformer benchmark took 498, 50 and 87 ms, then 15); each runs on one thread if
     /proc/loadavg showed no idle core at most of them so far, and the mode of the last one
-    stays for the next 3, timed; the other mode's first probe follows at once. The load hint
-    only orders the two: one sample of /proc/loadavg can catch a passing task on a quiet
-    machine, and a hint trusted until a probe 16 calls later had run the transformer
-    benchmark's first 25 calls on one thread (21 ms, against 12.5 ms on all threads).
+    stays for the next 3, timed. After one thread, all threads are probed at once: one sample
+    of /proc/loadavg can catch a passing task on a quiet machine, and a hint trusted until a
+    probe 16 calls later had run the transformer benchmark's first 25 calls on one thread (21
+    ms, against 12.5 ms on all threads). After all threads, the first probe of one thread
+    comes 16 calls later, as later probes do: at once, its 6 calls (2 to settle) ran on one
+    thread from the 7th call on, so a benchmark timing a signature's calls 4 to 10 (after a
+    first call and 2 warm-up calls) took their median in the slower mode (w4: 440 ms against
+    220 ms on all threads).
 
     Every `interval` calls the other mode runs a probe of 6 calls (2 if both are 3x slower)
     and takes over if its fastest settled call is 10% faster than the current mode's fastest
@@ -159,7 +163,8 @@ class ThreadPolicy:
                     self.deactivate()
                     return
                 self._choose(mode)
-                self.probing = PROBE       # the other mode's first probe, at once
+                if mode == ONE:
+                    self.probing = PROBE   # a load hint can be a passing task: all threads at once
             return
         if self.probing:
             self.probing -= 1

@@ -40,10 +40,11 @@ def test_chooses_the_faster_mode_and_follows_a_load(quiet):
     modes = run(p, cost, 40)
     assert p.mode == ALL and not p.exploring()
     first = threads.WARM + threads.EXPLORE
-    assert modes[:first] == [ALL] * first
-    assert modes[first:first + PROBE_LEN] == [ONE] * PROBE_LEN          # the first probe, at once
-    later = modes[first + PROBE_LEN:]
-    assert later[:threads.INTERVAL_FIRST] == [ALL] * threads.INTERVAL_FIRST
+    # all threads first (no load hint), and the first probe of one thread an interval later:
+    # the first 10 calls (a benchmark's) all on all threads
+    probe = first + threads.INTERVAL_FIRST
+    assert modes[:probe] == [ALL] * probe
+    assert modes[probe:probe + PROBE_LEN] == [ONE] * PROBE_LEN
     load[0] = True
     modes = run(p, cost, 60)
     assert p.mode == ONE
