@@ -764,10 +764,11 @@ class Partition:
                 continue
             # One array written and read by each reader less, against the arrays a reader must
             # read to recompute it and did not read already: fewer bytes, and per point of a
-            # reader's loop at most one new load for the one it saves. A reader looping over
-            # more points than the value has (a broadcast: the bias of a layer, read at every
-            # row) would recompute each element many times from values it reads from the
-            # caches anyway (a Bayesian net's sampled weights: its loops 1.6-2.5x slower)
+            # reader's loop at most one new load for the one it saves. A reader reading an
+            # element at several of its points (through a broadcast: the bias of a layer, read
+            # at every row) would recompute it each time from values it reads from the caches
+            # anyway (a Bayesian net's sampled weights: its loops 1.6-2.5x slower); one looping
+            # over more points through a pad reads each element once (_reads_repeat)
             new = [[x for x, _ in found.values() if x.id not in group_reads[s]] for s in steps]
             if any(self._reads_repeat(s, node) or len(xs) > 1 for s, xs in zip(steps, new)):
                 continue
