@@ -230,11 +230,11 @@ def uses_threads(source):
 # forms vectorize. mathlib's return float64: a float32 program converts their results back.
 MATHLIB = {"exp": "_exp", "expm1": "_expm1", "tanh": "_tanh", "max": "_max", "min": "_min",
            "sin": "_ml.sin", "cos": "_ml.cos", "log": "_ml.log", "log1p": "_ml.log1p", "lgamma": "_ml.gammaln",
-           "floordiv": "_ml.floordiv", "cbrt": "_ml.cbrt",
+           "floordiv": "_ml.floordiv", "cbrt": "_ml.cbrt", "hypot": "_ml.hypot",
            **{name: f"_ml.{name}" for name in ("erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
                                                "betaln", "gammainc", "gammaincc", "betainc", "betaincc")}}
 SPECIAL_IMPORT = "from jitgraph.codegen import mathlib as _ml"   # only where `_ml.` is used
-F64_RESULT = ("exp", "expm1", "tanh", "sin", "cos", "log", "log1p", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
+F64_RESULT = ("exp", "expm1", "tanh", "sin", "cos", "log", "log1p", "hypot", "lgamma", "erfinv", "ndtr", "log_ndtr", "digamma", "polygamma",
               "betaln", "gammainc", "gammaincc", "betainc", "betaincc")
 
 # sin and cos inline about 130 LLVM instructions each (mathlib's table-driven reduction), log

@@ -87,6 +87,7 @@ class Unsupported(Exception):
 _UNARY_MATH = {"_exp": mathlib._ir_exp, "_expm1": mathlib._ir_expm1, "_tanh": mathlib._ir_tanh,
                "_ml.log": mathlib._ir_log, "_ml.log1p": mathlib._ir_log1p, "_ml.sin": mathlib._ir_sin,
                "_ml.cos": mathlib._ir_cos}
+_BINARY_MATH = {"_ml.hypot": mathlib._ir_hypot}
 # NumPy's functions, as Numba lowers them for float arguments: an LLVM intrinsic or a libm call
 _INTRINSICS = {"np.sqrt": "llvm.sqrt", "np.floor": "llvm.floor", "np.ceil": "llvm.ceil", "np.trunc": "llvm.trunc",
                "np.rint": "llvm.rint", "np.exp2": "llvm.exp2", "np.log": "llvm.log", "np.exp": "llvm.exp",
@@ -95,7 +96,7 @@ _LIBM = {"np.log1p": "log1p", "np.expm1": "expm1", "np.sinh": "sinh", "np.cosh":
          "np.arctan": "atan", "np.arcsin": "asin", "np.arccos": "acos", "np.arcsinh": "asinh",
          "np.arccosh": "acosh", "np.arctanh": "atanh"}
 _CASTS = {"np.float64": F8, "np.float32": F4, "np.int64": I8, "np.bool_": B1}
-_CALLS = set(_UNARY_MATH) | set(_INTRINSICS) | set(_LIBM) | set(_CASTS) | {
+_CALLS = set(_UNARY_MATH) | set(_BINARY_MATH) | set(_INTRINSICS) | set(_LIBM) | set(_CASTS) | {
     "_max", "_min", "abs", "np.isnan", "np.isinf", "np.copysign", "np.fmod", "np.arctan2", "range",
     "_rt.c_view", "_rt.parallel_self", "_rt.combine_parts", "_rt.blas_threads_local"}
 _CONSTANTS = {"np.inf": np.inf, "np.nan": np.nan, "math.inf": np.inf, "math.nan": np.nan, "math.pi": np.pi,
@@ -722,6 +723,9 @@ class _Translator:
         if name in _UNARY_MATH:
             v, t = self._expr(args[0])
             return _UNARY_MATH[name](b, self._cast(v, t, F8)), F8
+        if name in _BINARY_MATH:
+            (x, tx), (y, ty) = (self._expr(a) for a in args)
+            return _BINARY_MATH[name](b, self._cast(x, tx, F8), self._cast(y, ty, F8)), F8
         if name in ("_max", "_min"):
             (x, tx), (y, ty) = (self._expr(a) for a in args)
             t = unify(tx, ty)

@@ -25,7 +25,7 @@ def njit(*args, **kwargs):
 exp, expm1, tanh = np.exp, np.expm1, np.tanh
 maximum, minimum = np.maximum, np.minimum
 mathlib = types.SimpleNamespace(**{name: getattr(scipy.special, name) for name in SPECIAL}, sin=np.sin, cos=np.cos,
-                                log=np.log, log1p=np.log1p, floordiv=np.floor_divide, cbrt=np.cbrt)
+                                log=np.log, log1p=np.log1p, floordiv=np.floor_divide, cbrt=np.cbrt, hypot=np.hypot)
 _RUNTIME = {name: getattr(getattr(_runtime, name), "py_func", getattr(_runtime, name))
             for name in ("matmul2d", "matmul2d_acc", "matmul_batched", "matmul_strided", "gather", "scatter_add", "scatter_set",
                          "copy", "copy_py", "slot_view", "broadcast_into", "contiguous", "combine_parts")}

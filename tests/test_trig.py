@@ -226,3 +226,41 @@ def test_cbrt_special_values_and_float32():
         np.testing.assert_array_equal(got[5:], [2.0, -3.0])    # (NumPy's float32 SIMD loop: -2.9999998)
     y = np.random.default_rng(6).standard_normal(200).astype(np.float32) * 1e3
     np.testing.assert_allclose(jg.jit(lambda a: np.cbrt(a), wait=True)(y), np.cbrt(y), rtol=2e-7)
+
+
+# ---- hypot: scaled by a power of two where the squares would overflow or underflow, one fma --------
+def test_hypot_within_one_ulp_over_the_double_range_and_its_special_values():
+    rng = np.random.default_rng(7)
+    e = rng.integers(-1074, 1024, 1500)
+    x = rng.choice([-1.0, 1.0], 1500) * np.ldexp(rng.uniform(1, 2, 1500), e)
+    # y of every ratio to x, within the range
+    y = np.clip(x * np.ldexp(rng.uniform(1, 2, 1500), rng.integers(-60, 60, 1500)), -1.7e308, 1.7e308)
+    got = jg.jit(lambda a, b: np.hypot(a, b), wait=True)(x, y)
+    mpmath.mp.prec = 300
+    exact = [mpmath.hypot(mpmath.mpf(a), mpmath.mpf(b)) for a, b in zip(x.tolist(), y.tolist())]
+    finite = [i for i, v in enumerate(exact) if float(v) < 1.7976931348623157e308]
+    ulps = [float(abs(mpmath.mpf(float(got[i])) - exact[i]) / np.spacing(float(exact[i]))) for i in finite]
+    assert max(ulps) <= 1.0
+    a = np.array([np.inf, -np.inf, np.nan, np.nan, 0.0, -0.0, 5e-324, 1.7e308, 3.0, -1e-310])
+    b = np.array([np.nan, 1.0, np.inf, 2.0, 0.0, -0.0, 5e-324, 1.7e308, -4.0, 1e-310])
+    np.testing.assert_array_equal(jg.jit(lambda a, b: np.hypot(a, b), wait=True)(a, b), np.hypot(a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_magnitudes_use_the_vectorizable_hypot(dtype):
+    """np.abs of a complex spectrum and np.hypot compile to mathlib's hypot, in a Python entry's
+    native loops too, with values and gradients as eager's."""
+    def loss(a, b):
+        return np.sum(np.abs(np.fft.rfft(a)) * 0.5) + np.sum(np.hypot(a, b) * b)
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((4, 16)).astype(dtype), rng.standard_normal((4, 16)).astype(dtype)
+    f = jg.jit_grad(loss, argnums=(0, 1), wait=True)
+    val, grads = f(a, b)
+    want_val, want_grads = jg.value_and_grad(loss, argnums=(0, 1))(a, b)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(val, want_val, rtol=tol)
+    for g, want in zip(grads, want_grads):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol)
+    src = f.lower(a, b).source
+    assert "_ml.hypot(" in src and "np.hypot(" not in src
