@@ -60,12 +60,15 @@ def test_values_and_gradients(name, transforms):
 
 @pytest.mark.parametrize("kind", ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft"])
 def test_long_transforms_in_four_steps(kind):
-    """Lengths from 512 (or 600 = 24 x 25, 525 = 21 x 25) are computed in four steps: every kind,
-    norm, padding and truncation against NumPy, and no dense (n, n) matrix in the graph."""
+    """Lengths from 512 (or 600 = 24 x 25, 525 = 21 x 25) are computed in four steps, rfft of even
+    lengths from 768 through a complex transform of half the length: every kind, norm, padding
+    and truncation against NumPy, and no dense (n, n) matrix in the graph."""
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((2, 3, 560)), rng.standard_normal((2, 3, 560))
     complex_input = kind in ("fft", "ifft", "irfft", "hfft")
-    for n, norm, axis in ((512, None, -1), (600, "ortho", 1), (525, "forward", -1), (None, None, 2)):
+    # (800 and 1000: an rfft through a transform of half the length, itself in four steps)
+    for n, norm, axis in ((512, None, -1), (600, "ortho", 1), (525, "forward", -1), (None, None, 2),
+                          (800, "ortho", -1), (1000, None, 1)):
         def f(a, b):
             z = a + 1j * b if complex_input else a
             r = getattr(np.fft, kind)(z, n=n, axis=axis, norm=norm)
