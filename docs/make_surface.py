@@ -65,7 +65,7 @@ def build():
         "(`np.mean((y[m] - p[m]) ** 2)`).",
         "- **Complex values** (pairs of real arrays; a traced program's result is real; transforms are "
         "products with constant matrices, lengths up to 4,096, in four steps of O(n (n1 + n2)) work from "
-        "length 384 = n1 x n2, an rfft of even length through a transform of half its length): the `np.fft` "
+        "length 384 = n1 x n2, an rfft or irfft of even length through a transform of half its length): the `np.fft` "
         "transforms above, complex numbers and arrays meeting traced values, `+ - * /`, integer powers, "
         "`abs`, `real`, `imag`, `conj`, `angle`, `exp`, `log`, sums, reshapes, indexing and products.",
         "- **Without a protocol** (while a function is recorded): `np.array`, `np.asarray`, "

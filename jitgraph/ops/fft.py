@@ -470,6 +470,30 @@ def _real_dft(x, n, scale, dtype):
     return (ar + br) * half + (o_r * c - o_i * s), (ai - bi) * half + (o_i * c + o_r * s)
 
 
+def _real_idft(a, b, n, scale, dtype):
+    """irfft of a + i b (its first n / 2 + 1 terms) to length n (even), through an inverse
+    transform of half the length: the even samples' transform E[k] = (X[k] + conj(X[n/2 - k])) / 2
+    and the odd ones' O[k] = (X[k] - conj(X[n/2 - k])) conj(W^k) / 2 make z = E + i O, whose
+    inverse transform holds the even samples in its real part and the odd ones in its imaginary
+    part (`_real_dft` backwards). The imaginary parts of terms 0 and n / 2 are ignored, as NumPy
+    does."""
+    h = n // 2
+    lead = tuple(shape_of(a))[:-1]
+    if _zero(b):
+        b = np.zeros(lead + (h + 1,), dtype=dtype)
+    mask = np.ones(h + 1, dtype=dtype)
+    mask[0] = mask[-1] = 0.0
+    b = b * mask
+    ar, ai, br, bi = a[..., :h], b[..., :h], a[..., 1:][..., ::-1], b[..., 1:][..., ::-1]
+    c, s = _half_twiddles(n, 1.0, dtype.str)
+    c, s = c[:h], s[:h]
+    dr, di = ar - br, ai + bi
+    o_r, o_i = (dr * c + di * s) * 0.5, (di * c - dr * s) * 0.5
+    zr, zi = (ar + br) * 0.5 - o_i, (ai - bi) * 0.5 + o_r
+    xr, xi = _dft(zr, zi, h, 1, 2 * scale, dtype)
+    return reshape(concatenate([reshape(xr, lead + (h, 1)), reshape(xi, lead + (h, 1))], axis=-1), lead + (n,))
+
+
 def _four_step_transform(kind, a, b, n, norm, dtype):
     """np.fft.<kind> of length n along the last axis of a + i b (b may be 0.0), through _dft:
     (re, im), or the real result of irfft and hfft."""
@@ -478,6 +502,8 @@ def _four_step_transform(kind, a, b, n, norm, dtype):
     if kind == "ihfft":             # conj(rfft(a)), the norm's direction swapped
         re, im = _four_step_transform("rfft", a, 0.0, n, _SWAPPED[norm], dtype)
         return re, -im
+    if kind == "irfft" and n % 2 == 0 and four_step_split(n // 2) is not None:
+        return _real_idft(_fit(a, n // 2 + 1), _fit(b, n // 2 + 1), n, _scale(norm, n, True), dtype)
     if kind == "irfft":
         # the Hermitian spectrum of a real signal from its first n // 2 + 1 terms; its inverse
         # transform's real part ignores the imaginary parts of terms 0 and n / 2, as NumPy does
