@@ -390,8 +390,8 @@ _HYPOT_HI, _HYPOT_LO = 2.0 ** 500, 2.0 ** -500
 def _ir_hypot(builder, x, y):
     fabs = builder.module.declare_intrinsic("llvm.fabs", [_F64])
     ax, ay = builder.call(fabs, [x]), builder.call(fabs, [y])
-    big = builder.select(builder.fcmp_unordered(">", ax, ay), ax, ay)
-    small = builder.select(builder.fcmp_unordered(">", ax, ay), ay, ax)
+    x_bigger = builder.fcmp_unordered(">", ax, ay)
+    big, small = builder.select(x_bigger, ax, ay), builder.select(x_bigger, ay, ax)
     scale = builder.select(builder.fcmp_ordered(">", big, _const(_HYPOT_HI)), _const(2.0 ** -600),
                            builder.select(builder.fcmp_ordered("<", big, _const(_HYPOT_LO)),
                                           _const(2.0 ** 600), _const(1.0)))
@@ -404,40 +404,36 @@ def _ir_hypot(builder, x, y):
     return builder.select(inf, _const(math.inf), r)
 
 
-def _binary_intrinsic(emit, doc):
-    @intrinsic
-    def fn(typingctx, x, y):
-        if not all(isinstance(t, (types.Number, types.Boolean)) for t in (x, y)):
+def _float_intrinsic(emit, doc, arity=1):
+    """A function of `arity` numbers computed as float64 by `emit(builder, *args)`. (Typing
+    functions take named parameters: a *args one would pass the call's arguments as a tuple.)"""
+    def typed(*xs):
+        if not all(isinstance(t, (types.Number, types.Boolean)) for t in xs):
             return None
 
         def codegen(context, builder, signature, args):
             return emit(builder, *(context.cast(builder, v, t, types.float64) for v, t in zip(args, signature.args)))
-        return types.float64(x, y), codegen
+        return types.float64(*xs), codegen
+
+    if arity == 1:
+        def fn(typingctx, x):
+            return typed(x)
+    else:
+        def fn(typingctx, x, y):
+            return typed(x, y)
+    fn = intrinsic(fn)
     fn.__doc__ = doc
     return fn
 
 
-def _unary_intrinsic(emit, doc):
-    @intrinsic
-    def fn(typingctx, x):
-        if not isinstance(x, (types.Number, types.Boolean)):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return emit(builder, context.cast(builder, args[0], signature.args[0], types.float64))
-        return types.float64(x), codegen
-    fn.__doc__ = doc
-    return fn
-
-
-exp = _unary_intrinsic(_ir_exp, "e**x, vectorizable (max relative error 2.2e-16 against NumPy)")
-expm1 = _unary_intrinsic(_ir_expm1, "e**x - 1 without cancellation near 0")
-tanh = _unary_intrinsic(_ir_tanh, "tanh(x) from expm1")
-sin = _unary_intrinsic(_ir_sin, "sin(x), vectorizable, within 1 ulp for every double")
-cos = _unary_intrinsic(_ir_cos, "cos(x), vectorizable, within 1 ulp for every double")
-log = _unary_intrinsic(_ir_log, "log(x), vectorizable, within 0.8 ulp (fdlibm's method)")
-log1p = _unary_intrinsic(_ir_log1p, "log(1 + x) without cancellation, vectorizable, within 1.2 ulp")
-hypot = _binary_intrinsic(_ir_hypot, "sqrt(x*x + y*y) without overflow or underflow, vectorizable, within 1 ulp")
+exp = _float_intrinsic(_ir_exp, "e**x, vectorizable (max relative error 2.2e-16 against NumPy)")
+expm1 = _float_intrinsic(_ir_expm1, "e**x - 1 without cancellation near 0")
+tanh = _float_intrinsic(_ir_tanh, "tanh(x) from expm1")
+sin = _float_intrinsic(_ir_sin, "sin(x), vectorizable, within 1 ulp for every double")
+cos = _float_intrinsic(_ir_cos, "cos(x), vectorizable, within 1 ulp for every double")
+log = _float_intrinsic(_ir_log, "log(x), vectorizable, within 0.8 ulp (fdlibm's method)")
+log1p = _float_intrinsic(_ir_log1p, "log(1 + x) without cancellation, vectorizable, within 1.2 ulp")
+hypot = _float_intrinsic(_ir_hypot, "sqrt(x*x + y*y) without overflow or underflow, vectorizable, within 1 ulp", 2)
 
 
 def _extremum(greater):

@@ -183,20 +183,27 @@ def _softplus_loss(w, x):
     return np.sum(np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z))) - np.log(np.abs(w) + 0.5) * z)
 
 
+def _compiled_as_eager(loss, args, dtype, scaled_atol):
+    """jit_grad of loss(*args) against eager value_and_grad, in `dtype`, each gradient's
+    absolute tolerance scaled by its largest magnitude or not; returns the generated source."""
+    argnums = tuple(range(len(args)))
+    f = jg.jit_grad(loss, argnums=argnums, wait=True)
+    val, grads = f(*args)
+    want_val, want_grads = jg.value_and_grad(loss, argnums=argnums)(*args)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(val, want_val, rtol=tol)
+    for g, want in zip(grads, want_grads):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol * np.abs(want).max() if scaled_atol else tol)
+    return f.lower(*args).source
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_compiled_programs_use_the_logs_and_match_numpy(dtype):
     rng = np.random.default_rng(1)
     w = rng.standard_normal(400).astype(dtype)
     x = rng.uniform(-30, 30, 400).astype(dtype)
-    f = jg.jit_grad(_softplus_loss, argnums=(0, 1), wait=True)
-    val, grads = f(w, x)
-    want_val, want_grads = jg.value_and_grad(_softplus_loss, argnums=(0, 1))(w, x)
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(val, want_val, rtol=tol)
-    for g, want in zip(grads, want_grads):
-        assert g.dtype == dtype
-        np.testing.assert_allclose(g, want, rtol=tol, atol=tol * np.abs(want).max())
-    src = f.lower(w, x).source
+    src = _compiled_as_eager(_softplus_loss, (w, x), dtype, scaled_atol=True)
     assert "_ml.log1p(" in src and "_ml.log(" in src and "np.log1p(" not in src and "np.log(" not in src
 
 
@@ -254,13 +261,5 @@ def test_magnitudes_use_the_vectorizable_hypot(dtype):
         return np.sum(np.abs(np.fft.rfft(a)) * 0.5) + np.sum(np.hypot(a, b) * b)
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((4, 16)).astype(dtype), rng.standard_normal((4, 16)).astype(dtype)
-    f = jg.jit_grad(loss, argnums=(0, 1), wait=True)
-    val, grads = f(a, b)
-    want_val, want_grads = jg.value_and_grad(loss, argnums=(0, 1))(a, b)
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(val, want_val, rtol=tol)
-    for g, want in zip(grads, want_grads):
-        assert g.dtype == dtype
-        np.testing.assert_allclose(g, want, rtol=tol, atol=tol)
-    src = f.lower(a, b).source
+    src = _compiled_as_eager(loss, (a, b), dtype, scaled_atol=False)
     assert "_ml.hypot(" in src and "np.hypot(" not in src

@@ -374,21 +374,25 @@ def four_step_split(n):
     return (n1, n // n1) if n1 >= FACTOR_MIN else None
 
 
+def _unit_roots(m, n, sign, factor, dtype):
+    """factor * exp(sign 2 pi i m / n) for an integer array m, as (real, imaginary) parts of
+    `dtype`, exact at quarter turns, so that the imaginary parts NumPy's transform leaves exactly
+    zero (a real signal's terms 0 and n/2) are zero here too."""
+    m = m % n
+    re, im = np.cos(2 * np.pi * m / n), sign * np.sin(2 * np.pi * m / n)
+    quarter = (4 * m) % n == 0
+    q = (4 * m[quarter]) // n
+    re[quarter] = np.array([1.0, 0.0, -1.0, 0.0])[q]
+    im[quarter] = sign * np.array([0.0, 1.0, 0.0, -1.0])[q]
+    return np.ascontiguousarray(factor * re, dtype=dtype), np.ascontiguousarray(factor * im, dtype=dtype)
+
+
 @functools.lru_cache(maxsize=64)
 def _four_step_constants(n1, n2, sign, scale, dtype):
     """Real and imaginary parts of the (n1, n1) and (n2, n2) transform matrices (the second
     scaled) and the (n2, n1) twiddle factors exp(sign 2 pi i j k / n), of `dtype`."""
     def roots(rows, cols, n, factor=1.0):
-        # exp(sign 2 pi i m / n) for m = j k reduced mod n, exact at quarter turns, so that the
-        # imaginary parts NumPy's transform leaves exactly zero (a real signal's terms 0 and n/2)
-        # are zero here too
-        m = np.outer(np.arange(rows), np.arange(cols)) % n
-        re, im = np.cos(2 * np.pi * m / n), sign * np.sin(2 * np.pi * m / n)
-        quarter = (4 * m) % n == 0
-        q = (4 * m[quarter]) // n
-        re[quarter] = np.array([1.0, 0.0, -1.0, 0.0])[q]
-        im[quarter] = sign * np.array([0.0, 1.0, 0.0, -1.0])[q]
-        return (np.ascontiguousarray(factor * re, dtype=dtype), np.ascontiguousarray(factor * im, dtype=dtype))
+        return _unit_roots(np.outer(np.arange(rows), np.arange(cols)), n, sign, factor, dtype)
     return roots(n1, n1, n1), roots(n2, n2, n2, scale), roots(n2, n1, n1 * n2)
 
 
@@ -440,14 +444,8 @@ _SWAPPED = {None: "forward", "backward": "forward", "ortho": "ortho", "forward":
 
 @functools.lru_cache(maxsize=64)
 def _half_twiddles(n, scale, dtype):
-    """scale * exp(-2 pi i k / n) for k = 0 .. n / 2, as (real, imaginary) parts, exact at
-    quarter turns."""
-    k = np.arange(n // 2 + 1)
-    re, im = np.cos(2 * np.pi * k / n), -np.sin(2 * np.pi * k / n)
-    re[0], im[0], re[-1], im[-1] = 1.0, 0.0, -1.0, 0.0
-    if n % 4 == 0:
-        re[n // 4], im[n // 4] = 0.0, -1.0
-    return (np.ascontiguousarray(scale * re, dtype=dtype), np.ascontiguousarray(scale * im, dtype=dtype))
+    """scale * exp(-2 pi i k / n) for k = 0 .. n / 2, as (real, imaginary) parts."""
+    return _unit_roots(np.arange(n // 2 + 1), n, -1, scale, dtype)
 
 
 def _real_dft(x, n, scale, dtype):
